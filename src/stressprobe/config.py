@@ -1,0 +1,95 @@
+"""Config validation: JSON Schema with defaults, reported as one line naming the key."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import best_match
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from stressprobe.errors import StressprobeError
+
+
+def _with_defaults(validator_class):
+    """A validator that also fills in each property's `default` while it validates."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(validator_class, {"properties": set_defaults})
+
+
+DefaultFillingValidator = _with_defaults(Draft202012Validator)
+
+
+def load_schema(schema_path: str | Path) -> tuple[dict, Registry]:
+    """Load the root schema and every sibling `*.schema.yaml` it may `$ref` by file name."""
+    schema_path = Path(schema_path)
+    resources = []
+    for path in sorted(schema_path.parent.glob("*.schema.yaml")):
+        contents = yaml.safe_load(path.read_text(encoding="utf-8"))
+        resources.append((path.name, Resource.from_contents(contents, default_specification=DRAFT202012)))
+    root = yaml.safe_load(schema_path.read_text(encoding="utf-8"))
+    return root, Registry().with_resources(resources)
+
+
+def _key(path) -> str:
+    return ".".join(str(part) for part in path) or "<top level>"
+
+
+def validate_config(config: dict[str, Any], schema_path: str | Path) -> dict[str, Any]:
+    """Validate `config` in place (defaults filled) and check that every model it names is registered.
+
+    Raises StressprobeError with one line: the offending key, what was wrong, and what to fix.
+    """
+    schema, registry = load_schema(schema_path)
+    validator = DefaultFillingValidator(schema, registry=registry)
+    # Two passes: the first fills defaults of nested sections, the second reports on the completed config.
+    list(validator.iter_errors(config))
+    error = best_match(validator.iter_errors(config))
+    if error is not None:
+        raise StressprobeError(
+            f"config key '{_key(error.absolute_path)}': {error.message}; "
+            f"see {Path(schema_path).parent} for the allowed keys and types"
+        )
+    for key, name in referenced_models(config):
+        if name not in config.get("models", {}):
+            known = ", ".join(sorted(config.get("models", {}))) or "none"
+            raise StressprobeError(
+                f"config key '{key}': model '{name}' is not in the 'models' registry (known: {known}); "
+                "add it under 'models' or fix the name"
+            )
+    return config
+
+
+def referenced_models(config: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """Yield `(config key, model name)` for every place the config names a model of the registry."""
+    judging = config.get("judging", {})
+    for i, name in enumerate(judging.get("models", [])):
+        yield f"judging.models[{i}]", name
+    if judging.get("summarizer"):
+        yield "judging.summarizer", judging["summarizer"]
+    cdv = config.get("cdv", {})
+    for i, cell in enumerate(cdv.get("cells", [])):
+        for role in ("proxy", "victim"):
+            if cell.get(role):
+                yield f"cdv.cells[{i}].{role}", cell[role]
+    for i, name in enumerate(cdv.get("eval_models", [])):
+        yield f"cdv.eval_models[{i}]", name
+    for key in ("semantic_model", "baseline_model"):
+        if cdv.get(key):
+            yield f"cdv.{key}", cdv[key]
+    classifier_model = cdv.get("classifier", {}).get("model")
+    if classifier_model:
+        yield "cdv.classifier.model", classifier_model

@@ -1,0 +1,86 @@
+"""Reading and writing the workflow's files: atomic writes and line-numbered errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from stressprobe.errors import StressprobeError
+
+
+def atomic_write(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` so that a reader never sees a partial file.
+
+    The text goes to a temporary file in the same directory, is flushed to disk and then renamed over
+    `path`: a killed job or a full disk leaves either the old file or none, never a truncated one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise StressprobeError(f"{path}: cannot write ({exc.strerror}); check free space and permissions") from exc
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
+    """Write one JSON object per line, atomically."""
+    atomic_write(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records))
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write pretty-printed JSON, atomically."""
+    atomic_write(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """Yield `(line_number, line)` without the newline; a file that is missing or not UTF-8 is a clear error."""
+    path = Path(path)
+    try:
+        handle = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise StressprobeError(f"{path}: file not found; check the path in the config") from None
+    with handle:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(handle, start=1):
+                yield lineno, line.rstrip("\r\n")
+        except UnicodeDecodeError:
+            raise StressprobeError(
+                f"{path}:{lineno + 1}: not valid UTF-8; re-encode the file as UTF-8"
+            ) from None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a JSON-lines file; blank lines are skipped, a malformed line names file and line."""
+    records = []
+    for lineno, line in read_text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise StressprobeError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove the line") from None
+        if not isinstance(record, dict):
+            raise StressprobeError(f"{path}:{lineno}: expected a JSON object per line")
+        records.append(record)
+    return records
+
+
+def read_tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
+    """Yield `(line_number, fields)` of a tab-separated file, skipping blank lines."""
+    for lineno, line in read_text_lines(path):
+        if line.strip():
+            yield lineno, line.split("\t")

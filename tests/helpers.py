@@ -1,0 +1,68 @@
+"""Shared test helpers: paths, the shared real data, and running the workflow in a scratch directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+TINY_CONFIG = ROOT / "tests" / "configs" / "tiny.yaml"
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under ../shared/data, or skip the test when that real data is not on this machine."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"real data not available: {path} (only present in the development checkout)")
+    return path
+
+
+def make_workdir(path: Path) -> Path:
+    """A scratch working directory that sees the project's resources/ (results/ stay inside it)."""
+    path.mkdir(parents=True, exist_ok=True)
+    link = path / "resources"
+    if not link.exists():
+        link.symlink_to(ROOT / "resources")
+    return path
+
+
+def run_snakemake(
+    workdir: Path,
+    *args: str,
+    configfile: Path = TINY_CONFIG,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+) -> subprocess.CompletedProcess:
+    """Run the project's workflow in `workdir` with `configfile`; returns the finished process."""
+    cmd = [
+        *SNAKEMAKE,
+        "--snakefile",
+        str(ROOT / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *args,
+    ]
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc
+
+
+def copy_config(src: Path, dst: Path) -> Path:
+    """Copy a config so that a test can edit it without touching the project's."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, dst)
+    return dst
