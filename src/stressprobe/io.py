@@ -49,18 +49,19 @@ def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield `(line_number, line)` without the newline; a file that is missing or not UTF-8 is a clear error."""
     path = Path(path)
     try:
-        handle = open(path, encoding="utf-8")
+        handle = open(path, "rb")
     except FileNotFoundError:
         raise StressprobeError(f"{path}: file not found; check the path in the config") from None
+    except IsADirectoryError:
+        raise StressprobeError(f"{path}: is a directory, expected a file; check the path in the config") from None
     with handle:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(handle, start=1):
-                yield lineno, line.rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise StressprobeError(
-                f"{path}:{lineno + 1}: not valid UTF-8; re-encode the file as UTF-8"
-            ) from None
+        # Decoded line by line (not by the buffered text layer) so that the error names the right line.
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise StressprobeError(f"{path}:{lineno}: not valid UTF-8; re-encode the file as UTF-8") from None
+            yield lineno, line.rstrip("\r\n")
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
