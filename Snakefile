@@ -17,6 +17,7 @@ include: "workflow/rules/judging.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/cdv.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/provenance.smk"
 
 
 rule all:
