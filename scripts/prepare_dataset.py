@@ -1,0 +1,54 @@
+"""Prepare one judging dataset: selected topics, human qrels of the judged pairs, pairs, normalised runs."""
+
+import logging
+from pathlib import Path
+
+from stressprobe.datasets import (
+    format_qrels,
+    format_run,
+    format_run_metadata,
+    format_topics,
+    load_source,
+    prepare_dataset,
+    read_run_metadata,
+    read_runs_dir,
+)
+from stressprobe.io import atomic_write, write_jsonl
+from stressprobe.snakemake_io import run_script
+
+log = logging.getLogger("stressprobe")
+
+
+def main(smk):
+    entry, key = smk.params.dataset, f"judging.datasets.{smk.wildcards.dataset}"
+    metadata_path = getattr(smk.input, "run_metadata", None)
+    prepared = prepare_dataset(
+        load_source(entry, key),
+        read_runs_dir(smk.input.runs),
+        queries=entry["queries"],
+        max_passages_per_query=entry["max_passages_per_query"],
+        unjudged_top_k_depth=entry["unjudged_top_k"],
+        seed=smk.params.seed,
+        key=key,
+        run_metadata=read_run_metadata(metadata_path) if metadata_path else None,
+    )
+    atomic_write(smk.output.topics, format_topics(prepared.topics))
+    atomic_write(smk.output.qrels, format_qrels(prepared.qrels))
+    write_jsonl(smk.output.pairs, prepared.pairs)
+    runs_dir = Path(smk.output.runs)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for name, run in prepared.runs.items():
+        atomic_write(runs_dir / f"{name}.run", format_run(name, run))
+    atomic_write(smk.output.run_names, "".join(f"{name}\n" for name in prepared.runs))
+    atomic_write(smk.output.run_metadata, format_run_metadata(prepared.run_metadata))
+    log.info(
+        "%d queries, %d pairs (%d judged), %d runs; warnings: %s",
+        len(prepared.topics),
+        len(prepared.pairs),
+        sum(len(d) for d in prepared.qrels.values()),
+        len(prepared.runs),
+        prepared.warnings,
+    )
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,36 @@
+"""Retrieve the query, domain and orthogonal personas of every query of a dataset from one pool."""
+
+from pathlib import Path
+
+from stressprobe.datasets import read_topics
+from stressprobe.embedding import load_embedder, load_vectors
+from stressprobe.io import read_jsonl, write_jsonl
+from stressprobe.personas import domain_texts, read_domain_mapping, read_taxonomy, select_personas
+from stressprobe.snakemake_io import run_script
+
+
+def main(smk):
+    pool = read_jsonl(smk.input.pool)
+    pool_vectors = load_vectors(smk.input.embeddings, len(pool))
+    topics = read_topics(smk.input.topics)
+    query_domains = read_domain_mapping(smk.input.domains, topics, known=None)
+    taxonomy_path = getattr(smk.input, "taxonomy", None)
+    taxonomy = read_taxonomy(taxonomy_path) if taxonomy_path and Path(taxonomy_path).is_file() else None
+    texts = domain_texts(query_domains.values(), taxonomy)
+    embedder = load_embedder(
+        smk.params.embedding["model"], smk.params.embedding["batch_size"], threads=smk.threads
+    )
+    qids = list(topics)
+    records = select_personas(
+        qids,
+        embedder.embed([topics[q] for q in qids]),
+        query_domains,
+        dict(zip(texts, embedder.embed(list(texts.values())), strict=True)),
+        pool,
+        pool_vectors,
+        k=smk.params.candidates,
+    )
+    write_jsonl(smk.output[0], records)
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,164 @@
+"""Sentence embeddings (all-MiniLM-L6-v2 by default) from a local folder, zip, or a file inside a package.
+
+`package:<module>/<file>` locates a file shipped in an installed package without importing it (the
+default model's package prints on import). A zip is extracted once into a cache directory; nothing is
+downloaded (`HF_HUB_OFFLINE=1`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stressprobe.errors import StressprobeError
+
+log = logging.getLogger(__name__)
+
+PACKAGE_PREFIX = "package:"
+MODEL_MARKERS = ("modules.json", "config_sentence_transformers.json", "config.json")
+
+
+def default_cache_dir() -> Path:
+    """Where extracted models live: `$XDG_CACHE_HOME/stressprobe/models` (default `~/.cache/...`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "stressprobe" / "models"
+
+
+def locate_package_file(spec: str) -> Path:
+    """The path of `package:<module>/<file>`, found with importlib's finder (the module is not imported)."""
+    module, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
+    if not module or not relative:
+        raise StressprobeError(f"model '{spec}': expected 'package:<module>/<file>'")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.submodule_search_locations:
+        raise StressprobeError(f"model '{spec}': Python package '{module}' is not installed; install it")
+    path = Path(next(iter(found.submodule_search_locations))) / relative
+    if not path.exists():
+        raise StressprobeError(f"model '{spec}': {path} does not exist in the installed package")
+    return path
+
+
+def zip_fingerprint(zip_path: Path) -> str:
+    """A short content key of a zip from its member names, sizes and CRCs (cheap: no decompression)."""
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(zip_path) as archive:
+        for info in sorted(archive.infolist(), key=lambda i: i.filename):
+            digest.update(f"{info.filename}\0{info.file_size}\0{info.CRC}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def model_folder(root: Path) -> Path:
+    """The sentence-transformers folder inside `root` (the root itself or a single wrapping folder)."""
+    for candidate in (root, *sorted(p for p in root.iterdir() if p.is_dir())):
+        if any((candidate / marker).exists() for marker in MODEL_MARKERS):
+            return candidate
+    raise StressprobeError(
+        f"{root}: not a sentence-transformers model folder (no modules.json or config.json)"
+    )
+
+
+def extract_once(zip_path: Path, cache_dir: Path) -> Path:
+    """Extract `zip_path` into `cache_dir/<name>-<fingerprint>` unless already there.
+
+    Extraction goes to a temporary sibling that is renamed into place, so concurrent jobs never see a
+    half-extracted model; a job that loses the race discards its copy.
+    """
+    target = cache_dir / f"{zip_path.stem}-{zip_fingerprint(zip_path)}"
+    if target.is_dir():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix=f".{target.name}."))
+    try:
+        with zipfile.ZipFile(zip_path) as archive:
+            archive.extractall(tmp)
+        os.rename(tmp, target)
+        log.info("extracted %s into %s", zip_path, target)
+    except OSError:
+        if not target.is_dir():
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> Path:
+    """A local sentence-transformers folder for a folder path, a zip, or a `package:` spec."""
+    path = locate_package_file(spec) if spec.startswith(PACKAGE_PREFIX) else Path(spec)
+    if not path.exists():
+        raise StressprobeError(f"embedding model '{spec}': {path} does not exist; fix 'embedding.model'")
+    if path.is_file() and zipfile.is_zipfile(path):
+        path = extract_once(path, cache_dir or default_cache_dir())
+    return model_folder(path)
+
+
+class Embedder:
+    """Turns texts into L2-normalised vectors (so a dot product is the cosine similarity)."""
+
+    def __init__(self, model: Any, batch_size: int = 64) -> None:
+        self.model = model
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """A float32 array of shape (len(texts), dim), each row of unit length."""
+        if not texts:
+            return np.zeros((0, self.model.get_sentence_embedding_dimension()), dtype=np.float32)
+        vectors = self.model.encode(
+            list(texts), batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+        return normalise(np.asarray(vectors, dtype=np.float32))
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def load_embedder(
+    spec: str, batch_size: int = 64, cache_dir: Path | None = None, threads: int | None = None
+) -> Embedder:
+    """Load a sentence-transformers model on CPU, offline (`threads` caps torch's CPU threads)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    folder = resolve_model_dir(spec, cache_dir)
+    import torch  # heavy imports, only when a model is needed
+    from sentence_transformers import SentenceTransformer
+
+    if threads:
+        torch.set_num_threads(threads)
+    return Embedder(SentenceTransformer(str(folder), device="cpu"), batch_size)
+
+
+def save_vectors(path: str | Path, vectors: np.ndarray) -> None:
+    """Write an `.npy` file atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.save(handle, vectors)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def load_vectors(path: str | Path, rows: int) -> np.ndarray:
+    """Read an `.npy` file that must have `rows` rows (one per pool entry)."""
+    vectors = np.load(path)
+    if vectors.ndim != 2 or vectors.shape[0] != rows:
+        raise StressprobeError(f"{path}: {vectors.shape[0]} vectors for {rows} texts; delete it to recompute")
+    return vectors

@@ -1,0 +1,322 @@
+"""Persona pools, the domain taxonomy, and retrieval of the query, domain and orthogonal roles.
+
+Pools: PersonaHub (`persona` free text) and USPersona (Nemotron-Personas-USA), whose persona text is built
+from the skills fields only: "A persona with the following skills: ...". Demographic, cultural and
+lifestyle fields are never read, so they cannot leak into a judge's prompt.
+Retrieval is by cosine similarity of normalised embeddings (see `stressprobe.embedding`).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from stressprobe.errors import StressprobeError
+from stressprobe.io import read_jsonl, read_tsv_lines
+
+log = logging.getLogger(__name__)
+
+USPERSONA_PREFIX = "A persona with the following skills: "
+SKILLS_LIST_FIELD = "skills_and_expertise_list"
+SKILLS_TEXT_FIELD = "skills_and_expertise"
+ROLES = ("query", "domain", "orthogonal")
+
+
+# ---- taxonomy and query domains ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One domain of the taxonomy."""
+
+    name: str
+    description: str
+
+    @property
+    def text(self) -> str:
+        """What is embedded for the domain: its name and description."""
+        return f"{self.name}: {self.description}" if self.description else self.name
+
+
+def read_taxonomy(path: str | Path) -> list[Domain]:
+    """Read `domains: [{name, description}, ...]` from a YAML file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StressprobeError(f"{path}: taxonomy file not found; fix 'personas.taxonomy'") from None
+    except yaml.YAMLError as exc:
+        raise StressprobeError(f"{path}: not valid YAML ({exc}); fix the file") from None
+    entries = data.get("domains") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise StressprobeError(f"{path}: expected 'domains: [{{name, description}}, ...]'; fix the file")
+    domains = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+            raise StressprobeError(f"{path}: domains[{i}] needs a 'name'; fix the entry")
+        domains.append(Domain(entry["name"].strip(), str(entry.get("description") or "").strip()))
+    if len({d.name for d in domains}) != len(domains):
+        raise StressprobeError(f"{path}: domain names must be unique; fix the file")
+    return domains
+
+
+def require_domain_source(dataset: str, mapping: str | None, taxonomy: str | None) -> None:
+    """A dataset needs a query->domain file or a taxonomy to assign domains from: neither is an error."""
+    if not mapping and not (taxonomy and Path(taxonomy).is_file()):
+        raise StressprobeError(
+            f"dataset '{dataset}': no 'domains' file and no taxonomy at '{taxonomy}'; give "
+            f"'judging.datasets.{dataset}.domains' or a 'personas.taxonomy' file to assign domains "
+            "automatically"
+        )
+
+
+def read_domain_mapping(path: str | Path, qids: Iterable[str], known: Sequence[str] | None) -> dict[str, str]:
+    """Read `qid<TAB>domain` for the selected `qids`.
+
+    A domain that is not in the taxonomy (`known`, when there is one) is an error naming the line; a
+    selected query without a line is an error too (a silent gap would drop it from the domain role).
+    Lines of unselected queries are ignored.
+    """
+    mapping: dict[str, str] = {}
+    for lineno, fields in read_tsv_lines(path):
+        if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+            raise StressprobeError(f"{path}:{lineno}: expected 'qid<TAB>domain'; fix the line")
+        qid, name = fields[0].strip(), fields[1].strip()
+        if known is not None and name not in known:
+            raise StressprobeError(
+                f"{path}:{lineno}: domain '{name}' is not in the taxonomy ({', '.join(known)}); fix the name"
+            )
+        mapping[qid] = name
+    qids = list(qids)
+    missing = [q for q in qids if q not in mapping]
+    if missing:
+        raise StressprobeError(
+            f"{path}: query '{missing[0]}' has no domain ({len(missing)} missing); add a line "
+            "'qid<TAB>domain' or remove the dataset's 'domains' key to assign domains automatically"
+        )
+    return {q: mapping[q] for q in qids}
+
+
+def assign_domains(
+    qids: Sequence[str], query_vectors: np.ndarray, domains: Sequence[Domain], domain_vectors: np.ndarray
+) -> dict[str, tuple[str, float]]:
+    """Each query's most similar domain (by its name + description) with the cosine similarity."""
+    similarities = query_vectors @ domain_vectors.T
+    best = np.argmax(similarities, axis=1)
+    return {
+        q: (domains[j].name, float(similarities[i, j]))
+        for i, (q, j) in enumerate(zip(qids, best, strict=True))
+    }
+
+
+def domains_for_queries(
+    dataset: str,
+    topics: Mapping[str, str],
+    mapping_path: str | None,
+    taxonomy_path: str,
+    embed: Callable[[list[str]], np.ndarray],
+) -> dict[str, str]:
+    """Each selected query's domain: from the dataset's mapping file when given, else the most similar
+    taxonomy domain (each assignment is logged with its similarity, for review)."""
+    require_domain_source(dataset, mapping_path, taxonomy_path)
+    taxonomy = read_taxonomy(taxonomy_path) if Path(taxonomy_path).is_file() else None
+    if mapping_path:
+        return read_domain_mapping(mapping_path, topics, [d.name for d in taxonomy] if taxonomy else None)
+    qids = list(topics)
+    assigned = assign_domains(
+        qids, embed([topics[q] for q in qids]), taxonomy, embed([d.text for d in taxonomy])
+    )
+    for qid, (name, similarity) in assigned.items():
+        log.info("query %s -> %s (similarity %.3f): %s", qid, name, similarity, topics[qid])
+    return {qid: name for qid, (name, _) in assigned.items()}
+
+
+def domain_texts(names: Iterable[str], taxonomy: Sequence[Domain] | None) -> dict[str, str]:
+    """What is embedded for each domain: name and description from the taxonomy, else the name alone."""
+    described = {d.name: d.text for d in taxonomy or ()}
+    return {name: described.get(name, name) for name in sorted(set(names))}
+
+
+def format_domains(mapping: Mapping[str, str]) -> str:
+    """`qid<TAB>domain` lines."""
+    return "".join(f"{qid}\t{name}\n" for qid, name in mapping.items())
+
+
+# ---- pools --------------------------------------------------------------------------------------------
+
+
+def read_persona_records(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a local pool file: JSONL (`.jsonl`/`.json`) or Parquet (`.parquet`)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        if not path.is_file():
+            raise StressprobeError(f"{path}: persona pool file not found; fix the source's 'path'")
+        import pandas as pd
+
+        try:
+            return pd.read_parquet(path).to_dict(orient="records")
+        except ImportError:
+            raise StressprobeError(
+                f"{path}: reading Parquet needs 'pyarrow'; install the 'download' extra or convert to JSONL"
+            ) from None
+    return read_jsonl(path)
+
+
+def load_hf_records(
+    name: str, config_name: str | None, split: str, limit: int | None, load: Callable[..., Any] | None = None
+) -> list[dict[str, Any]]:
+    """Records of a Hugging Face dataset (optional extra `download`); streamed when `limit` is set."""
+    if load is None:
+        try:
+            from datasets import load_dataset
+        except ImportError:
+            raise StressprobeError(
+                f"persona dataset '{name}': the 'datasets' package is not installed; install the 'download' "
+                "extra (pip install 'stressprobe[download]') or give a local 'path'"
+            ) from None
+        load = load_dataset
+    rows = load(name, config_name, split=split, streaming=limit is not None)
+    return [dict(row) for row in islice(rows, limit)]
+
+
+def load_pool_records(source: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The records of a configured pool: the local `path` when set, else the Hugging Face dataset."""
+    if source["path"]:
+        return read_persona_records(source["path"])[: source["limit"]]
+    if not source.get("hf_dataset"):
+        raise StressprobeError(f"config key '{key}': give a local 'path' or an 'hf_dataset'")
+    return load_hf_records(source["hf_dataset"], source.get("hf_config"), source["hf_split"], source["limit"])
+
+
+def parse_skills(value: Any) -> list[str]:
+    """Skills from a list or a list-string like "['a', 'b']" (as the USPersona release stores them)."""
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return []
+    if isinstance(value, np.ndarray):  # Parquet list columns arrive as arrays
+        value = value.tolist()
+    if isinstance(value, list | tuple):
+        return [str(s).strip() for s in value if str(s).strip()]
+    return []
+
+
+def uspersona_text(record: Mapping[str, Any]) -> str | None:
+    """ "A persona with the following skills: ..." from the skills fields only, or None when they are empty.
+
+    The list field is preferred; the free-text field is the fallback.
+    """
+    skills = parse_skills(record.get(SKILLS_LIST_FIELD))
+    if skills:
+        return USPERSONA_PREFIX + ", ".join(skills)
+    text = record.get(SKILLS_TEXT_FIELD)
+    if isinstance(text, str) and text.strip():
+        return USPERSONA_PREFIX + " ".join(text.split())
+    return None
+
+
+def personahub_text(record: Mapping[str, Any]) -> str | None:
+    """PersonaHub's free-text `persona`, or None when it is missing or empty."""
+    text = record.get("persona")
+    return " ".join(text.split()) if isinstance(text, str) and text.strip() else None
+
+
+PERSONA_TEXT: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
+    "personahub": personahub_text,
+    "uspersona": uspersona_text,
+}
+USABLE_FIELDS = {"personahub": "persona", "uspersona": f"{SKILLS_LIST_FIELD} or {SKILLS_TEXT_FIELD}"}
+
+
+def build_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> list[dict[str, str]]:
+    """The pool `[{"pid", "text"}]` of a source; pid = the record's `uuid`/`id`, else its position.
+
+    Records without a usable text and repeated texts are skipped with a logged count; a pool where no
+    record has a usable field is an error (likely the wrong file or `kind`).
+    """
+    to_text = PERSONA_TEXT[kind]
+    pool: list[dict[str, str]] = []
+    seen: set[str] = set()
+    unusable = duplicates = 0
+    for i, record in enumerate(records):
+        text = to_text(record)
+        if text is None:
+            unusable += 1
+        elif text in seen:
+            duplicates += 1
+        else:
+            seen.add(text)
+            pool.append({"pid": str(record.get("uuid") or record.get("id") or i), "text": text})
+    if not pool:
+        raise StressprobeError(
+            f"{origin}: no record has a usable '{USABLE_FIELDS[kind]}' field; "
+            "check the file and the source's 'kind'"
+        )
+    if unusable:
+        log.warning("%s: %d records without a usable %s field skipped", origin, unusable, USABLE_FIELDS[kind])
+    if duplicates:
+        log.info("%s: %d repeated persona texts skipped", origin, duplicates)
+    if len({p["pid"] for p in pool}) != len(pool):
+        raise StressprobeError(f"{origin}: persona ids (uuid/id) are not unique; fix the pool")
+    return pool
+
+
+# ---- retrieval ------------------------------------------------------------------------------------------
+
+
+def ranked_indices(similarities: np.ndarray, k: int, most: bool) -> list[int]:
+    """The `k` most (or least) similar pool positions; ties keep pool order (stable sort)."""
+    order = np.argsort(-similarities if most else similarities, kind="stable")
+    return [int(i) for i in order[:k]]
+
+
+def role_record(
+    qid: str, role: str, similarities: np.ndarray, pool: Sequence[Mapping[str, str]], k: int, most: bool
+) -> dict[str, Any]:
+    """One role's selection: the best candidate plus the top-`k` candidates with their similarities."""
+    candidates = [
+        {"pid": pool[i]["pid"], "text": pool[i]["text"], "similarity": round(float(similarities[i]), 6)}
+        for i in ranked_indices(similarities, k, most)
+    ]
+    best = candidates[0]
+    return {
+        "qid": qid,
+        "role": role,
+        "persona": best["text"],
+        "pid": best["pid"],
+        "similarity": best["similarity"],
+        "candidates": candidates,
+    }
+
+
+def select_personas(
+    qids: Sequence[str],
+    query_vectors: np.ndarray,
+    query_domains: Mapping[str, str],
+    domain_vectors: Mapping[str, np.ndarray],
+    pool: Sequence[Mapping[str, str]],
+    pool_vectors: np.ndarray,
+    k: int = 3,
+) -> list[dict[str, Any]]:
+    """Per query: `query` = most similar persona to the query, `domain` = most similar to the query's
+    domain, `orthogonal` = least similar to the query. Vectors must be normalised (dot = cosine).
+    """
+    query_similarities = query_vectors @ pool_vectors.T
+    domain_similarities = {name: pool_vectors @ vector for name, vector in domain_vectors.items()}
+    records = []
+    for i, qid in enumerate(qids):
+        records.append(role_record(qid, "query", query_similarities[i], pool, k, most=True))
+        records.append(
+            role_record(qid, "domain", domain_similarities[query_domains[qid]], pool, k, most=True)
+        )
+        records.append(role_record(qid, "orthogonal", query_similarities[i], pool, k, most=False))
+    return records

@@ -1,0 +1,52 @@
+# Judging datasets: select queries and pairs, normalise the runs, and give every query a taxonomy domain.
+# Input functions live in common.smk under "-- data and personas --".
+
+
+rule prepare_dataset:
+    input:
+        unpack(dataset_inputs),
+    output:
+        topics="results/data/{dataset}/topics.tsv",
+        qrels="results/data/{dataset}/qrels.txt",
+        pairs="results/data/{dataset}/pairs.jsonl",
+        runs=directory("results/data/{dataset}/runs"),
+        run_names="results/data/{dataset}/runs.txt",
+        run_metadata="results/data/{dataset}/run_metadata.tsv",
+    log:
+        "results/logs/data/{dataset}/prepare.log",
+    wildcard_constraints:
+        dataset=DATASET_RE,
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        dataset=dataset_params,
+        seed=config["seed"],
+    script:
+        "../../scripts/prepare_dataset.py"
+
+
+rule query_domains:
+    input:
+        unpack(domain_inputs),
+    output:
+        "results/data/{dataset}/domains.tsv",
+    log:
+        "results/logs/data/{dataset}/domains.log",
+    benchmark:
+        "results/benchmarks/data/{dataset}/domains.tsv"
+    wildcard_constraints:
+        dataset=DATASET_RE,
+    conda:
+        "../../envs/data.yaml"
+    threads: 2
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        taxonomy=config["personas"]["taxonomy"],
+        embedding=domain_embedding,
+    script:
+        "../../scripts/query_domains.py"
