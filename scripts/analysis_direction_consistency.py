@@ -1,0 +1,13 @@
+"""System–condition pairs whose rank displacement has the same sign under every model."""
+
+from stressprobe import analysis
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem
+
+
+def main(smk):
+    systems = analysis.read_frames(smk.input.systems, smk.params.order)
+    analysis.write_direction_consistency(systems, stem(smk.output.table), stem(smk.output.counts))
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,14 @@
+"""Label shift profile vs UMBRELA per dataset × model × condition."""
+
+from stressprobe import analysis
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem
+
+
+def main(smk):
+    analysis.write_label_shift_table(
+        analysis.read_frames(smk.input.shift, smk.params.order), stem(smk.output.table)
+    )
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,14 @@
+"""PersonaHub vs USPersona per matched role, side by side."""
+
+from stressprobe import analysis
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem
+
+
+def main(smk):
+    kappa = analysis.read_frames(smk.input.kappa, smk.params.order)
+    systems = analysis.read_frames(smk.input.systems, smk.params.order)
+    analysis.write_persona_sources(kappa, systems, smk.params.rbo_phi, stem(smk.output.table))
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,14 @@
+"""Table 5: rank and nDCG@10 displacement vs UMBRELA per dataset × condition."""
+
+from stressprobe import analysis
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem
+
+
+def main(smk):
+    analysis.write_displacement_table(
+        analysis.read_frames(smk.input.systems, smk.params.order), stem(smk.output.table)
+    )
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,14 @@
+"""Table 7: the most sensitive systems per dataset, with their type from the run metadata."""
+
+from stressprobe import analysis
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem
+
+
+def main(smk):
+    systems = analysis.read_frames(smk.input.systems, smk.params.order)
+    run_types = analysis.read_run_types(smk.params.order["dataset"], smk.input.run_metadata)
+    analysis.write_sensitive_systems(systems, run_types, smk.params.top_k, stem(smk.output.table))
+
+
+run_script(main, snakemake)  # noqa: F821

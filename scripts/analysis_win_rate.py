@@ -1,0 +1,13 @@
+"""Table 3: win rate W% and mean κ shift with sign / Wilcoxon tests, Holm-corrected."""
+
+from stressprobe import analysis
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem
+
+
+def main(smk):
+    kappa = analysis.read_frames(smk.input.kappa, smk.params.order)
+    analysis.write_win_rate_tables(kappa, smk.params.alpha, stem(smk.output.table), stem(smk.output.detail))
+
+
+run_script(main, snakemake)  # noqa: F821
