@@ -1,0 +1,27 @@
+"""One CDV table (csv, md, tex), chosen by the output's name."""
+
+from pathlib import Path
+
+from stressprobe.cdv import report
+from stressprobe.errors import StressprobeError
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem, write_table
+
+
+def main(smk):
+    name = smk.wildcards.cdv_table
+    builders = {
+        "cdv_search": lambda: report.search_table(smk.input.summaries),
+        "cdv_accuracy": lambda: report.accuracy_table(smk.input.evals),
+        "cdv_baselines": lambda: report.baselines_table(smk.input.evals),
+        "cdv_mitigation": lambda: report.mitigation_table(smk.input.evals, smk.input.mitigation),
+        "cdv_classifier": lambda: report.classifier_table(smk.input.classifier),
+    }
+    if name not in builders:
+        raise StressprobeError(
+            f"{Path(smk.output.csv).name}: unknown CDV table; known: {', '.join(builders)}"
+        )
+    write_table(builders[name](), stem(smk.output.csv), decimals={})
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,1 @@
+"""The Contextual Distraction Vulnerability (CDV) study: questions, prompts, search, evaluation, DPO."""

@@ -1,0 +1,43 @@
+"""Opening the model clients of a CDV job: one client per distinct model, one merged usage sidecar."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stressprobe.io import write_json
+from stressprobe.llm import open_client
+
+ADDITIVE = ("calls_made", "cache_hits", "errors", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+@contextlib.contextmanager
+def role_clients(models: dict[str, Any], roles: dict[str, str], cache_path: str):
+    """role -> client; roles naming the same model share one client (one llama.cpp model in memory)."""
+    with contextlib.ExitStack() as stack:
+        by_model = {
+            name: stack.enter_context(open_client(models, name, cache_path))
+            for name in dict.fromkeys(roles.values())
+        }
+        yield {role: by_model[name] for role, name in roles.items()}
+
+
+def write_merged_usage(clients: dict[str, Any], path: str | Path) -> None:
+    """The job's usage sidecar: the LLM layer's record, summed over the distinct clients the job used."""
+    records = []
+    distinct = list({id(c): c for c in clients.values()}.values())
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, client in enumerate(distinct):
+            client.write_usage(Path(tmp) / f"{i}.json")
+            records.append(json.loads((Path(tmp) / f"{i}.json").read_text()))
+    merged = dict(records[0])
+    for record in records[1:]:
+        for key in ADDITIVE:
+            merged[key] = merged.get(key, 0) + record.get(key, 0)
+        merged["model"] = f"{merged['model']}+{record['model']}"
+        merged["backend"] = f"{merged['backend']}+{record['backend']}"
+    merged["cost_usd"] = round(merged.get("cost_usd", 0), 6)
+    write_json(path, merged)

@@ -1,0 +1,94 @@
+"""Evaluating models on original, perturbed, baseline and mitigated questions (zero-shot CoT, greedy)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
+from stressprobe.llm import Request
+
+CONDITIONS = ("original", "perturbed", "elaborated", "prompt_only")
+
+
+def eval_items(
+    questions: list[dict[str, Any]], perturbed: list[dict[str, Any]], baselines: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """What to ask: every original question, every perturbed question, every usable baseline rewrite."""
+    items = [{**_mc(q), "qid": q["qid"], "node_id": None, "condition": "original"} for q in questions]
+    items += [
+        {**_mc(p), "qid": p["qid"], "node_id": p["node_id"], "condition": "perturbed"} for p in perturbed
+    ]
+    by_qid = {q["qid"]: q for q in questions}
+    for b in baselines:
+        if b["status"] == "ok":
+            q = by_qid[b["qid"]]
+            items.append(
+                {
+                    **_mc(q),
+                    "question": b["question"],
+                    "qid": b["qid"],
+                    "node_id": None,
+                    "condition": b["kind"],
+                }
+            )
+    return items
+
+
+def _mc(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "question": record["question"],
+        "choices": record["choices"],
+        "answer_index": record["answer_index"],
+    }
+
+
+def evaluate(
+    client: Any, items: list[dict[str, Any]], max_tokens: int, seed: int, mitigation: bool = False
+) -> list[dict[str, Any]]:
+    """Ask one model every item greedily (one batch); unparseable or failed answers are not correct."""
+    requests = [
+        Request(
+            messages=victim_messages(item["question"], item["choices"], mitigation=mitigation),
+            max_tokens=max_tokens,
+            temperature=0.0,
+            seed=seed,
+        )
+        for item in items
+    ]
+    records = []
+    for item, response in zip(items, client.generate(requests), strict=True):
+        answer = None if response.error else parse_answer(response.text, len(item["choices"]))
+        records.append(
+            {
+                "qid": item["qid"],
+                "node_id": item["node_id"],
+                "condition": item["condition"],
+                "mitigation": mitigation,
+                "question": item["question"],
+                "answer": None if answer is None else letter(answer),
+                "correct_option": letter(item["answer_index"]),
+                "correct": answer == item["answer_index"],
+                "status": "error" if response.error else ("ok" if answer is not None else "unparsed"),
+                "raw": response.text,
+            }
+        )
+    return records
+
+
+def accuracy_by_condition(records: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """condition -> {n, correct, accuracy, unparsed}; every record counts (unparsed = wrong)."""
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: {"n": 0, "correct": 0, "unparsed": 0})
+    for record in records:
+        total = totals[record["condition"]]
+        total["n"] += 1
+        total["correct"] += int(record["correct"])
+        total["unparsed"] += int(record["status"] != "ok")
+    return {c: {**t, "accuracy": t["correct"] / t["n"]} for c, t in sorted(totals.items())}
+
+
+def paired_original_accuracy(records: list[dict[str, Any]]) -> float | None:
+    """Accuracy on the originals of the questions that have perturbed versions (the Delta's baseline)."""
+    perturbed_qids = {r["qid"] for r in records if r["condition"] == "perturbed"}
+    originals = [r for r in records if r["condition"] == "original" and r["qid"] in perturbed_qids]
+    return sum(r["correct"] for r in originals) / len(originals) if originals else None

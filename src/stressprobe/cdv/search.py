@@ -1,0 +1,503 @@
+"""The CDV tree search: find added context that makes a victim fail a question it can answer.
+
+Per question the search grows a tree whose root is the original question. Expanding a node P asks the proxy
+for one child per incorrect option (error-guided): background text nudging toward that option, put before
+P's question (the original question stays verbatim at the end, the choices never change). A child is kept
+only if len(Q')/len(Q) <= lambda (characters of the question text, Q = the original) and the semantic check
+answers "no" to "does the added text change the correct answer?"; an empty or off-format proxy reply, a
+semantic reply that is neither yes nor no, and any failed call discard the child with a status saying so.
+
+Success rate r: the victim answers a kept child's question with zero-shot CoT, n samples from ONE request
+with `n` (genuinely separate samples), r = correct / n; an unparseable answer is not correct. A child with
+r = 0 gets one more victim request at temperature 0: if that greedy answer is wrong too (or unparseable),
+the child is a success (candidate list L); if it is right, the child is not a success and its rate becomes
+1 / (n + 1) (one correct answer among the n + 1 it gave). So every success fails both n sampled answers and
+the greedy one, which is what the audit re-checks.
+
+Value V = exp(alpha / r) * depth^(-gamma) for r > 0 (None for r = 0 and for discarded children). The
+queue holds kept children; the highest value is expanded next (ties: the earlier child first).
+
+Early stopping, applied to the children of an expanded node P ("evaluated" = kept and answered):
+- diversity limit: if more than n1 evaluated children have r = 0, the n1 with the smallest length ratio
+  join L, and every other evaluated child (the extra successes too) becomes `unexplored`: the branch ends.
+- all correct: if every evaluated child has r = 1, they are `pruned_all_correct` (P's subtree ends).
+- monotone branch: the level minimum of a sibling group is min r over its evaluated children; a branch's
+  sequence is r(root), then the level minimum of each group on the path down to the new group. If its last
+  l + 1 entries are strictly increasing (l consecutive increases, l = `monotone_levels`), the new group's
+  r > 0 children are `pruned_monotone` instead of queued. The earliest trigger is therefore at depth l.
+Pre-checks: a root with r = 0 (confirmed greedily as above) is a success at depth 0, flagged
+`victim_fails_original`, and not searched; a root whose classifier probability is below tau is flagged
+`classifier_filtered` and not searched (no victim call).
+Budgets per question: `max_expansions` expansions (the root's counts) and `max_candidates` in L (checked
+after each expansion, so the last expansion's successes are all kept). Nodes still queued at the end keep
+status `queued`.
+
+Rounds: each round pops one node per active question and sends all proxy requests as one batch, then all
+semantic checks, then all victim requests, then all greedy confirmations: four `generate` calls per round
+whatever the number of questions, so API concurrency and GPU batching are used.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from stressprobe.cdv.prompts import (
+    clean_context,
+    letter,
+    parse_answer,
+    parse_yes_no,
+    proxy_messages,
+    semantic_messages,
+    victim_messages,
+    with_context,
+)
+from stressprobe.llm import Request, Response
+
+ROLES = ("proxy", "semantic", "victim")
+
+
+class Generator(Protocol):
+    """What the search needs of a model client (the LLM layer's client, or a test double)."""
+
+    def generate(self, requests: list[Request]) -> list[Response]: ...
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """The search's parameters (config `cdv.search`)."""
+
+    samples: int = 5
+    victim_temperature: float = 0.7
+    proxy_temperature: float = 0.7
+    alpha: float = 2.0
+    gamma: float = 1.0
+    length_ratio_max: float = 10.0
+    diversity_n1: int = 3
+    monotone_levels: int = 3
+    max_expansions: int = 10
+    max_candidates: int | None = 3
+    victim_max_tokens: int = 256
+    proxy_max_tokens: int = 128
+    semantic_max_tokens: int = 8
+    classifier_threshold: float = 0.5
+    seed: int = 42
+
+
+@dataclass
+class Node:
+    """One node of a question's search tree (written as one line of search.jsonl)."""
+
+    qid: str
+    seq: int
+    node_id: str
+    parent_id: str | None
+    depth: int
+    contexts: list[str]
+    question: str
+    target_index: int | None = None
+    status: str = "new"
+    flag: str | None = None
+    semantic_ok: bool | None = None
+    semantic_verdict: str | None = None
+    length_ratio: float = 1.0
+    success_rate: float | None = None
+    answers: list[int | None] = field(default_factory=list)
+    greedy_answer: int | None = None
+    greedy_raw: str | None = None
+    value: float | None = None
+    level_path: list[float] = field(default_factory=list)
+    proxy_raw: str | None = None
+    error: str | None = None
+    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def charge(self, role: str, response: Response) -> None:
+        """Count one request of `role` and its tokens against this node."""
+        usage = self.tokens.setdefault(role, {"requests": 0, "prompt": 0, "completion": 0})
+        usage["requests"] += 1
+        usage["prompt"] += response.prompt_tokens
+        usage["completion"] += response.completion_tokens
+
+
+@dataclass
+class QuestionState:
+    """The search of one question: its tree, queue and candidate list."""
+
+    item: dict[str, Any]
+    nodes: list[Node] = field(default_factory=list)
+    queue: list[tuple[float, int, Node]] = field(default_factory=list)
+    candidates: list[Node] = field(default_factory=list)
+    expansions: int = 0
+    done: bool = False
+    counter: itertools.count = field(default_factory=itertools.count)
+
+    def new_node(self, parent: Node | None, contexts: list[str], target_index: int | None) -> Node:
+        number = next(self.counter)
+        node = Node(
+            qid=self.item["qid"],
+            seq=number,
+            node_id=f"{self.item['qid']}:{number}",
+            parent_id=parent.node_id if parent else None,
+            depth=parent.depth + 1 if parent else 0,
+            contexts=contexts,
+            question=with_context(contexts, self.item["question"]),
+            target_index=target_index,
+        )
+        node.length_ratio = len(node.question) / len(self.item["question"])
+        self.nodes.append(node)
+        return node
+
+    def push(self, node: Node) -> None:
+        """Queue a node: highest value first, ties in creation order (the root, valued None, goes first)."""
+        if node.depth:
+            node.status = "queued"
+        priority = -math.inf if node.value is None else -node.value
+        heapq.heappush(self.queue, (priority, node.seq, node))
+
+
+def node_value(success_rate: float, depth: int, alpha: float, gamma: float) -> float:
+    """V = exp(alpha / r) * depth^(-gamma), defined for r > 0 and depth >= 1."""
+    return math.exp(alpha / success_rate) * depth ** (-gamma)
+
+
+def is_monotone(sequence: list[float], levels: int) -> bool:
+    """True when the last `levels` steps of `sequence` are all strict increases."""
+    tail = sequence[-(levels + 1) :]
+    return len(tail) == levels + 1 and all(a < b for a, b in itertools.pairwise(tail))
+
+
+def _victim_request(node: Node, item: dict[str, Any], settings: SearchSettings, greedy: bool) -> Request:
+    return Request(
+        messages=victim_messages(node.question, item["choices"]),
+        max_tokens=settings.victim_max_tokens,
+        temperature=0.0 if greedy else settings.victim_temperature,
+        n=1 if greedy else settings.samples,
+        seed=settings.seed,
+    )
+
+
+def measure_success(
+    pairs: list[tuple[Node, dict[str, Any]]], victim: Generator, settings: SearchSettings
+) -> None:
+    """Set r, answers and (for r = 0) the greedy confirmation of each node on its own question.
+
+    One batch of sampled requests, then one batch of greedy requests for the nodes with r = 0.
+    A failed call or fewer texts than samples marks the node `error` (never a success).
+    """
+    responses = victim.generate([_victim_request(node, item, settings, greedy=False) for node, item in pairs])
+    zero = []
+    for (node, item), response in zip(pairs, responses, strict=True):
+        node.charge("victim", response)
+        if response.error or len(response.texts) != settings.samples:
+            node.status, node.error = "error", response.error or f"victim gave {len(response.texts)} samples"
+            continue
+        node.answers = [parse_answer(text, len(item["choices"])) for text in response.texts]
+        node.success_rate = sum(a == item["answer_index"] for a in node.answers) / settings.samples
+        if node.success_rate == 0:
+            zero.append((node, item))
+    greedy = victim.generate([_victim_request(node, item, settings, greedy=True) for node, item in zero])
+    for (node, item), response in zip(zero, greedy, strict=True):
+        node.charge("victim", response)
+        if response.error or not response.texts:
+            node.status, node.error, node.success_rate = "error", response.error or "no greedy answer", None
+            continue
+        node.greedy_raw = response.text
+        node.greedy_answer = parse_answer(response.text, len(item["choices"]))
+        if node.greedy_answer == item["answer_index"]:
+            node.success_rate = 1 / (settings.samples + 1)
+
+
+def _proxy_request(node: Node, parent: Node, item: dict[str, Any], settings: SearchSettings) -> Request:
+    return Request(
+        messages=proxy_messages(parent.question, item["choices"], item["answer_index"], node.target_index),
+        max_tokens=settings.proxy_max_tokens,
+        temperature=settings.proxy_temperature,
+        seed=settings.seed,
+    )
+
+
+def _semantic_request(node: Node, item: dict[str, Any], settings: SearchSettings) -> Request:
+    return Request(
+        messages=semantic_messages(item["question"], node.question, item["choices"], item["answer_index"]),
+        max_tokens=settings.semantic_max_tokens,
+        temperature=0.0,
+        seed=settings.seed,
+    )
+
+
+def generate_children(
+    expansions: list[tuple[QuestionState, Node]], clients: dict[str, Generator], settings: SearchSettings
+) -> list[tuple[QuestionState, Node, list[Node]]]:
+    """Create and evaluate the children of every popped node: proxy, length, semantic and victim batches."""
+    groups = []
+    for state, parent in expansions:
+        item = state.item
+        targets = [i for i in range(len(item["choices"])) if i != item["answer_index"]]
+        groups.append((state, parent, [state.new_node(parent, [], target) for target in targets]))
+    flat = [(state, parent, child) for state, parent, children in groups for child in children]
+
+    proxy_responses = clients["proxy"].generate([_proxy_request(c, p, s.item, settings) for s, p, c in flat])
+    passed_length = []
+    for (state, parent, child), response in zip(flat, proxy_responses, strict=True):
+        child.charge("proxy", response)
+        child.proxy_raw = response.text
+        context = None if response.error else clean_context(response.text)
+        if context is None:
+            child.status, child.error = "discarded_proxy", response.error or "empty or off-format proxy reply"
+            continue
+        child.contexts = [*parent.contexts, context]
+        child.question = with_context(child.contexts, state.item["question"])
+        child.length_ratio = len(child.question) / len(state.item["question"])
+        if child.length_ratio > settings.length_ratio_max:
+            child.status = "discarded_length"
+            continue
+        passed_length.append((state, child))
+
+    semantic_responses = clients["semantic"].generate(
+        [_semantic_request(c, s.item, settings) for s, c in passed_length]
+    )
+    passed_semantic = []
+    for (state, child), response in zip(passed_length, semantic_responses, strict=True):
+        child.charge("semantic", response)
+        child.semantic_verdict = "error" if response.error else (parse_yes_no(response.text) or "unclear")
+        child.semantic_ok = {"no": True, "yes": False}.get(child.semantic_verdict)
+        if child.semantic_ok is not True:
+            # "unclear" and "error" count as failing the check: never a silent pass.
+            child.status, child.error = "discarded_semantic", response.error
+            continue
+        passed_semantic.append((child, state.item))
+
+    measure_success(passed_semantic, clients["victim"], settings)
+    return groups
+
+
+def apply_rules(state: QuestionState, parent: Node, children: list[Node], settings: SearchSettings) -> None:
+    """Value the evaluated children, fill L, and apply the diversity, all-correct and monotone rules."""
+    evaluated = [c for c in children if c.status == "new"]
+    for child in evaluated:
+        if child.success_rate > 0:
+            child.value = node_value(child.success_rate, child.depth, settings.alpha, settings.gamma)
+    successes = [c for c in evaluated if c.success_rate == 0]
+    others = [c for c in evaluated if c.success_rate > 0]
+    if len(successes) > settings.diversity_n1:
+        successes.sort(key=lambda c: (c.length_ratio, c.node_id))
+        for child in successes[: settings.diversity_n1]:
+            _add_candidate(state, child)
+        for child in successes[settings.diversity_n1 :] + others:
+            child.status = "unexplored"
+        return
+    for child in successes:
+        _add_candidate(state, child)
+    if not evaluated:
+        return
+    if all(c.success_rate == 1 for c in evaluated):
+        for child in evaluated:
+            child.status = "pruned_all_correct"
+        return
+    level_path = [*parent.level_path, min(c.success_rate for c in evaluated)]
+    monotone = is_monotone(level_path, settings.monotone_levels)
+    for child in others:
+        child.level_path = level_path
+        if monotone:
+            child.status = "pruned_monotone"
+        else:
+            state.push(child)
+
+
+def _add_candidate(state: QuestionState, node: Node) -> None:
+    node.status = "success"
+    state.candidates.append(node)
+
+
+def _budget_left(state: QuestionState, settings: SearchSettings) -> bool:
+    full = settings.max_candidates is not None and len(state.candidates) >= settings.max_candidates
+    return bool(state.queue) and state.expansions < settings.max_expansions and not full
+
+
+def start_questions(
+    items: list[dict[str, Any]],
+    victim: Generator,
+    settings: SearchSettings,
+    perturbability: dict[str, float] | None = None,
+) -> list[QuestionState]:
+    """Roots and pre-checks: classifier filter (when probabilities are given), then the victim on each root.
+
+    A root keeps status `root` (also once expanded), except a depth-0 success.
+    """
+    states = [QuestionState(item=item) for item in items]
+    for state in states:
+        root = state.new_node(None, [], None)
+        if perturbability is not None and perturbability[state.item["qid"]] < settings.classifier_threshold:
+            root.status, root.flag, state.done = "root", "classifier_filtered", True
+    measure_success([(s.nodes[0], s.item) for s in states if not s.done], victim, settings)
+    for state in (s for s in states if not s.done):
+        root = state.nodes[0]
+        if root.status == "error":
+            state.done = True
+            continue
+        root.level_path = [root.success_rate]
+        if root.success_rate == 0:
+            root.flag, state.done = "victim_fails_original", True
+            _add_candidate(state, root)
+        else:
+            root.status = "root"
+            state.push(root)
+    return states
+
+
+def run_search(
+    items: list[dict[str, Any]],
+    clients: dict[str, Generator],
+    settings: SearchSettings,
+    perturbability: dict[str, float] | None = None,
+) -> list[QuestionState]:
+    """Search every question in rounds (one expansion per active question per round)."""
+    states = start_questions(items, clients["victim"], settings, perturbability)
+    while True:
+        active = [s for s in states if not s.done and _budget_left(s, settings)]
+        if not active:
+            break
+        expansions = []
+        for state in active:
+            _, _, node = heapq.heappop(state.queue)
+            if node.depth:
+                node.status = "expanded"
+            state.expansions += 1
+            expansions.append((state, node))
+        for state, parent, children in generate_children(expansions, clients, settings):
+            apply_rules(state, parent, children, settings)
+    return states
+
+
+def node_record(node: Node, item: dict[str, Any]) -> dict[str, Any]:
+    """One line of search.jsonl."""
+    letters = [None if a is None else letter(a) for a in node.answers]
+    return {
+        "qid": node.qid,
+        "node_id": node.node_id,
+        "parent_id": node.parent_id,
+        "depth": node.depth,
+        "question": node.question,
+        "added_context": node.contexts[-1] if node.contexts and node.depth else None,
+        "target_option": None if node.target_index is None else letter(node.target_index),
+        "correct_option": letter(item["answer_index"]),
+        "semantic_ok": node.semantic_ok,
+        "semantic_verdict": node.semantic_verdict,
+        "length_ratio": round(node.length_ratio, 4),
+        "success_rate": node.success_rate,
+        "answers": letters,
+        "greedy_answer": None if node.greedy_answer is None else letter(node.greedy_answer),
+        "greedy_raw": node.greedy_raw,
+        "value": node.value,
+        "status": node.status,
+        "flag": node.flag,
+        "proxy_raw": node.proxy_raw,
+        "error": node.error,
+        "tokens": node.tokens,
+    }
+
+
+def search_records(states: list[QuestionState]) -> list[dict[str, Any]]:
+    """Every node of every question, in question order then creation order."""
+    return [node_record(node, state.item) for state in states for node in state.nodes]
+
+
+def perturbed_records(states: list[QuestionState]) -> list[dict[str, Any]]:
+    """The successful perturbations (L without the depth-0 roots, which are unperturbed originals)."""
+    records = []
+    for state in states:
+        item = state.item
+        for node in state.candidates:
+            if node.depth == 0:
+                continue
+            records.append(
+                {
+                    "qid": item["qid"],
+                    "node_id": node.node_id,
+                    "depth": node.depth,
+                    "question": node.question,
+                    "original_question": item["question"],
+                    "choices": item["choices"],
+                    "answer_index": item["answer_index"],
+                    "answer": item["answer"],
+                    "target_option": letter(node.target_index),
+                    "length_ratio": round(node.length_ratio, 4),
+                    **({"subject": item["subject"]} if item.get("subject") else {}),
+                }
+            )
+    return records
+
+
+def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Counts per status, requests and tokens per role, and the cost per successful perturbation.
+
+    `prices` maps role -> {prompt_per_1m, completion_per_1m} in USD. A "successful perturbation" is a
+    `success` node at depth >= 1; `flagged_original_fails` counts the depth-0 successes separately.
+    """
+    status = Counter(r["status"] for r in records)
+    perturbations = [r for r in records if r["status"] == "success" and r["depth"] > 0]
+    per_role = {role: {"requests": 0, "prompt": 0, "completion": 0} for role in ROLES}
+    for record in records:
+        for role, usage in record["tokens"].items():
+            for key in ("requests", "prompt", "completion"):
+                per_role[role][key] += usage[key]
+    cost = sum(
+        per_role[role]["prompt"] * prices.get(role, {}).get("prompt_per_1m", 0) / 1e6
+        + per_role[role]["completion"] * prices.get(role, {}).get("completion_per_1m", 0) / 1e6
+        for role in ROLES
+    )
+    requests = sum(u["requests"] for u in per_role.values())
+    tokens = sum(u["prompt"] + u["completion"] for u in per_role.values())
+    n_success = len(perturbations)
+    qids = {r["qid"] for r in records}
+    return {
+        "questions": len(qids),
+        "questions_with_success": len({r["qid"] for r in perturbations}),
+        "flagged_original_fails": sum(1 for r in records if r["flag"] == "victim_fails_original"),
+        "classifier_filtered": sum(1 for r in records if r["flag"] == "classifier_filtered"),
+        "successful_perturbations": n_success,
+        "nodes": len(records),
+        "expansions": len({r["parent_id"] for r in records if r["parent_id"]}),
+        "status_counts": dict(sorted(status.items())),
+        "requests": per_role,
+        "requests_total": requests,
+        "tokens_total": tokens,
+        "cost_usd": cost,
+        "requests_per_success": requests / n_success if n_success else None,
+        "tokens_per_success": tokens / n_success if n_success else None,
+        "cost_per_perturbed_question_usd": cost / n_success if n_success else None,
+    }
+
+
+def audit_successes(
+    records: list[dict[str, Any]],
+    questions: list[dict[str, Any]],
+    victim: Generator,
+    settings: SearchSettings,
+) -> list[dict[str, Any]]:
+    """Ask the victim every `success` node's question again at temperature 0; return those it gets right.
+
+    An empty list means the audit passed. Run it with a fresh response cache so that the answers are
+    recomputed rather than read back (llama.cpp and vLLM greedy decoding are deterministic per prompt).
+    """
+    by_qid = {q["qid"]: q for q in questions}
+    successes = [r for r in records if r["status"] == "success"]
+    requests = [
+        Request(
+            messages=victim_messages(r["question"], by_qid[r["qid"]]["choices"]),
+            max_tokens=settings.victim_max_tokens,
+            temperature=0.0,
+            seed=settings.seed,
+        )
+        for r in successes
+    ]
+    failures = []
+    for record, response in zip(successes, victim.generate(requests), strict=True):
+        answer = parse_answer(response.text, len(by_qid[record["qid"]]["choices"]))
+        if response.error or answer == by_qid[record["qid"]]["answer_index"]:
+            failures.append({"node_id": record["node_id"], "answer": answer, "error": response.error})
+    return failures

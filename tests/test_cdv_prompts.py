@@ -1,0 +1,77 @@
+"""CDV prompts and the parsing of replies without a second model call."""
+
+import pytest
+
+from stressprobe.cdv.prompts import (
+    clean_context,
+    format_question,
+    parse_answer,
+    parse_yes_no,
+    proxy_messages,
+    semantic_messages,
+    victim_messages,
+    with_context,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Step 1... so it is B.\nAnswer: C", 2),
+        ("**Answer:** (B)", 1),
+        ("The answer is D", 3),
+        ("Answer: A ... wait. Answer: B", 1),
+        ("answer: B", 1),
+        ("Let me answer a question first", None),
+        ("Answer: E", None),  # only four choices
+        ("I think it is B", None),
+        ("", None),
+        ("Answer: Apple", None),
+    ],
+)
+def test_parse_answer(text, expected):
+    assert parse_answer(text, 4) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Yes", "yes"),
+        ("no.", "no"),
+        ("**No**, because", "no"),
+        ("Yes, but no", "yes"),
+        ("I think the answer is yes.", "yes"),
+        ("Maybe", None),
+        ("It could be yes or no", None),
+        ("", None),
+        ("Nothing changes", None),
+    ],
+)
+def test_parse_yes_no(text, expected):
+    assert parse_yes_no(text) == expected
+
+
+def test_clean_context_rejects_empty_and_off_format():
+    assert clean_context("  ") is None
+    assert clean_context("Context: Rivers are long.") == "Rivers are long."
+    assert clean_context("A. one\nB. two") is None
+    assert clean_context("Some text. Answer: B") is None
+    assert clean_context('"Quoted background."') == "Quoted background."
+
+
+def test_prompts_keep_question_and_choices():
+    choices = ["red", "blue", "green"]
+    victim = victim_messages("Sky colour?", choices)
+    assert victim[-1][1] == format_question("Sky colour?", choices) and "Answer: <letter>" in victim[0][1]
+    assert "Focus on the core question" in victim_messages("Q", choices, mitigation=True)[0][1]
+    proxy = proxy_messages("Sky colour?", choices, 1, 2)[-1][1]
+    assert "option C (green)" in proxy and "B (blue) is correct" in proxy
+    semantic = semantic_messages("Sky colour?", "Ctx.\n\nSky colour?", choices, 1)[-1][1]
+    assert (
+        "Correct answer: blue" in semantic and "change its correct answer" in semantic and "Ctx." in semantic
+    )
+
+
+def test_with_context_keeps_original_verbatim_at_the_end():
+    assert with_context(["one.", "two."], "Q?") == "one.\n\ntwo.\n\nQ?"
+    assert with_context([], "Q?") == "Q?"

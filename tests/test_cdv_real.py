@@ -1,0 +1,72 @@
+"""The CDV search on the real small model, and the workflow's CDV part end to end with the success audit."""
+
+import pytest
+import yaml
+from helpers import TINY_CONFIG, run_snakemake, shared_data
+
+from stressprobe.cdv.questions import prepare_questions
+from stressprobe.cdv.search import SearchSettings, audit_successes, run_search, search_records
+from stressprobe.io import read_jsonl
+from stressprobe.llm import open_client
+
+MODELS = yaml.safe_load(TINY_CONFIG.read_text())["models"]
+SETTINGS = SearchSettings(samples=2, max_expansions=1, victim_max_tokens=32, proxy_max_tokens=32)
+STATUSES = {
+    "root",
+    "success",
+    "expanded",
+    "queued",
+    "unexplored",
+    "pruned_all_correct",
+    "pruned_monotone",
+    "discarded_semantic",
+    "discarded_length",
+    "discarded_proxy",
+    "error",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["MMLU", "CommonsenseQA", "OpenbookQA", "TruthfulQA"])
+def test_real_model_search_on_two_questions(tmp_path, name):
+    questions = prepare_questions(
+        name, str(shared_data("cdv", f"{name}.json")), None, None, "test", 2, seed=42
+    )
+    with open_client(MODELS, "smollm2-135m", tmp_path / "cache.sqlite") as client:
+        states = run_search(questions, {"proxy": client, "semantic": client, "victim": client}, SETTINGS)
+        records = search_records(states)
+        failures = audit_successes(records, questions, client, SETTINGS)
+    assert {r["qid"] for r in records} == {q["qid"] for q in questions}
+    assert {r["status"] for r in records} <= STATUSES
+    for record in records:
+        if record["success_rate"] is not None:
+            assert len(record["answers"]) == SETTINGS.samples
+        if record["depth"]:
+            assert record["question"].endswith(
+                next(q["question"] for q in questions if q["qid"] == record["qid"])
+            )
+    assert failures == []
+
+
+def cdv_targets():
+    names = ["cdv_search", "cdv_accuracy", "cdv_baselines", "cdv_mitigation", "cdv_classifier"]
+    files = [f"results/tables/{n}.csv" for n in names]
+    files += [f"results/figures/{n}.png" for n in ("cdv_matrix", "cdv_distribution")]
+    return files + ["results/cdv/dpo/train.jsonl"]
+
+
+@pytest.mark.slow
+def test_tiny_cdv_workflow_reruns_nothing_and_successes_pass_the_audit(workdir, tmp_path):
+    run_snakemake(workdir, *cdv_targets())
+    again = run_snakemake(workdir, "-n", *cdv_targets())
+    assert "Nothing to be done" in again.stdout + again.stderr
+    config = yaml.safe_load(TINY_CONFIG.read_text())["cdv"]
+    settings = SearchSettings(
+        samples=config["search"]["samples"], victim_max_tokens=config["search"]["victim_max_tokens"], seed=42
+    )
+    for dataset in config["datasets"]:
+        questions = read_jsonl(workdir / f"results/cdv/data/{dataset}.jsonl")
+        records = read_jsonl(workdir / f"results/cdv/{dataset}/smollm2-135m/smollm2-135m/search.jsonl")
+        # A fresh cache: the victim recomputes its greedy answers instead of reading the search's back.
+        with open_client(MODELS, "smollm2-135m", tmp_path / "audit.sqlite") as client:
+            assert audit_successes(records, questions, client, settings) == []

@@ -1,0 +1,252 @@
+"""The CDV tree search on a scripted model: values, queue, early stopping, budgets, bad replies."""
+
+import math
+from dataclasses import replace
+
+from cdv_scripted import CONTEXT, ScriptedModel, make_item
+
+from stressprobe.cdv.search import (
+    SearchSettings,
+    is_monotone,
+    node_value,
+    perturbed_records,
+    run_search,
+    search_records,
+    summarize_search,
+)
+
+SETTINGS = SearchSettings(samples=5, max_expansions=10, max_candidates=None, monotone_levels=3)
+
+
+def search(model, items, settings=SETTINGS, perturbability=None):
+    states = run_search(items, {"proxy": model, "semantic": model, "victim": model}, settings, perturbability)
+    return search_records(states), states
+
+
+def by_id(records):
+    return {r["node_id"]: r for r in records}
+
+
+def test_node_value_formula():
+    assert node_value(0.4, 2, 2.0, 1.0) == math.exp(2.0 / 0.4) / 2
+    assert node_value(1.0, 1, 3.0, 2.0) == math.exp(3.0)
+    assert node_value(0.2, 1, 2, 1) > node_value(0.4, 1, 2, 1) > node_value(0.4, 2, 2, 1)
+
+
+def test_values_recorded_and_r_measured_on_the_nodes_own_question():
+    # Context toward C halves the victim's accuracy, toward B/D it does nothing: siblings must differ.
+    def correct(contexts, question):
+        return 5 - 2 * contexts.count("C")
+
+    model = ScriptedModel(correct=correct)
+    records, _ = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=2))
+    for record in records:
+        expected_r = correct(CONTEXT.findall(record["question"]), record["question"]) / 5
+        assert record["success_rate"] == expected_r, record["node_id"]
+        if record["depth"] and record["success_rate"]:
+            assert record["value"] == math.exp(2 / expected_r) * record["depth"] ** -1
+    root = records[0]
+    assert root["status"] == "root" and root["success_rate"] == 1.0 and root["value"] is None
+
+
+def test_queue_expands_the_highest_value_node_next():
+    # r depends on the target of the last context: C < D < B, so C's child is expanded second.
+    rates = {"B": 4, "C": 1, "D": 3}
+
+    def correct(contexts, question):
+        return rates[contexts[-1]] if contexts else 5
+
+    model = ScriptedModel(correct=correct)
+    records, _ = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=4, monotone_levels=99))
+    depth1 = {r["target_option"]: r for r in records if r["depth"] == 1}
+    expansion_order = list(dict.fromkeys(r["parent_id"] for r in records if r["parent_id"]))
+    assert expansion_order[1] == depth1["C"]["node_id"]
+    # Replay the queue: at every expansion the chosen node has the highest value among the queued ones.
+    queueable = {r["node_id"]: r for r in records if r["status"] in ("queued", "expanded")}
+    created_before = {nid: i for i, nid in enumerate(r["node_id"] for r in records)}
+    first_child = {
+        pid: min(created_before[r["node_id"]] for r in records if r["parent_id"] == pid)
+        for pid in expansion_order
+    }
+    for step, chosen in enumerate(expansion_order[1:], start=1):
+        waiting = [
+            nid
+            for nid in queueable
+            if created_before[nid] < first_child[chosen] and nid not in expansion_order[:step]
+        ]
+        assert queueable[chosen]["value"] == max(queueable[nid]["value"] for nid in waiting)
+    assert len(expansion_order) == 4
+
+
+def test_diversity_limit_keeps_n1_shortest_successes_and_ends_the_branch():
+    # Five choices: four children, all r = 0; the proxy writes contexts of different lengths.
+    model = ScriptedModel(
+        correct=lambda contexts, q: 0 if contexts else 5,
+        proxy_text=lambda target, parent: f"[ctx {target}]" + " padding" * "BCDE".index(target),
+    )
+    records, states = search(model, [make_item("q1", n_choices=5)], replace(SETTINGS, diversity_n1=3))
+    children = [r for r in records if r["depth"] == 1]
+    assert len(children) == 4
+    statuses = {r["target_option"]: r["status"] for r in children}
+    assert statuses == {"B": "success", "C": "success", "D": "success", "E": "unexplored"}
+    assert len(states[0].candidates) == 3
+    assert not any(r["depth"] == 2 for r in records)
+
+
+def test_prune_node_whose_children_are_all_correct():
+    model = ScriptedModel(correct=lambda contexts, q: 5 if contexts else 4)
+    records, _ = search(model, [make_item("q1")])
+    children = [r for r in records if r["depth"] == 1]
+    assert children and all(r["status"] == "pruned_all_correct" for r in children)
+    assert max(r["depth"] for r in records) == 1
+
+
+def test_monotone_branch_rule_prunes_after_l_increases():
+    # r rises with depth: root 1/5, depth 1 2/5, depth 2 3/5, depth 3 4/5 (the sequence 0.2<0.4<0.6<0.8).
+    model = ScriptedModel(correct=lambda contexts, q: min(1 + len(contexts), 5))
+    records, _ = search(model, [make_item("q1")], replace(SETTINGS, monotone_levels=3, max_expansions=50))
+    depth3 = [r for r in records if r["depth"] == 3]
+    assert depth3 and all(r["status"] == "pruned_monotone" for r in depth3)
+    assert all(r["status"] != "pruned_monotone" for r in records if r["depth"] < 3)
+    assert max(r["depth"] for r in records) == 3
+    # With l = 4 the same tree reaches depth 4 (where every child is correct: pruned_all_correct).
+    records4, _ = search(model, [make_item("q1")], replace(SETTINGS, monotone_levels=4, max_expansions=50))
+    assert any(r["depth"] == 4 for r in records4)
+    assert not any(r["status"] == "pruned_monotone" for r in records4)
+
+
+def test_is_monotone():
+    assert is_monotone([0.2, 0.4, 0.6, 0.8], 3)
+    assert not is_monotone([0.2, 0.4, 0.4, 0.8], 3)
+    assert not is_monotone([0.4, 0.6, 0.8], 3)
+    assert is_monotone([0.8, 0.2, 0.4], 1)
+
+
+def test_budget_max_expansions():
+    model = ScriptedModel(correct=lambda contexts, q: 3)
+    records, states = search(
+        model, [make_item("q1")], replace(SETTINGS, max_expansions=4, monotone_levels=99)
+    )
+    assert len({r["parent_id"] for r in records if r["parent_id"]}) == 4
+    assert states[0].expansions == 4
+    assert any(r["status"] == "queued" for r in records)
+
+
+def test_budget_max_candidates_stops_the_question():
+    # Only the context toward D succeeds; with max_candidates = 1 the search stops at the first success.
+    model = ScriptedModel(correct=lambda contexts, q: 0 if "D" in contexts else 3)
+    records, states = search(model, [make_item("q1")], replace(SETTINGS, max_candidates=1))
+    assert len(states[0].candidates) == 1
+    assert states[0].expansions == 1
+    assert sum(r["status"] == "success" for r in records) == 1
+
+
+def test_precheck_flags_questions_the_victim_already_fails():
+    model = ScriptedModel(correct=lambda contexts, q: 0)
+    records, states = search(model, [make_item("q1")])
+    assert (
+        len(records) == 1
+        and records[0]["status"] == "success"
+        and records[0]["flag"] == "victim_fails_original"
+    )
+    assert model.requests_of("proxy") == []
+    assert perturbed_records(states) == []
+
+
+def test_classifier_filter_skips_the_question_without_calls():
+    model = ScriptedModel()
+    records, _ = search(model, [make_item("q1"), make_item("q2")], perturbability={"q1": 0.2, "q2": 0.9})
+    first = [r for r in records if r["qid"] == "q1"]
+    assert len(first) == 1 and first[0]["flag"] == "classifier_filtered" and first[0]["success_rate"] is None
+    assert all("q1" not in req.messages[-1][1] for req in model.requests_of("victim"))
+
+
+def test_rounds_send_one_batch_per_kind_across_questions():
+    model = ScriptedModel(correct=lambda contexts, q: 3)
+    items = [make_item(f"q{i}") for i in range(3)]
+    settings = replace(SETTINGS, max_expansions=2, monotone_levels=99)
+    search(model, items, settings)
+    kinds = [{r.messages[0][1][:20] for r in batch} for batch in model.batches if batch]
+    assert all(len(k) == 1 for k in kinds)  # never two kinds in one batch
+    proxy_batches = [b for b in model.batches if b and "background text" in b[0].messages[0][1]]
+    assert len(proxy_batches) == 2  # two rounds, each one batch with every question's children
+    assert all(len(b) == 3 * 3 for b in proxy_batches)
+
+
+def test_victim_samples_use_n_and_greedy_confirmation_only_for_r0():
+    model = ScriptedModel(correct=lambda contexts, q: 0 if contexts == ["B"] else 2)
+    search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    victim = model.requests_of("victim")
+    sampled = [r for r in victim if r.n == 5]
+    greedy = [r for r in victim if r.n == 1]
+    assert all(r.temperature == SETTINGS.victim_temperature for r in sampled)
+    assert len(sampled) == 4  # root + three children
+    assert len(greedy) == 1 and greedy[0].temperature == 0
+
+
+def test_greedy_correct_child_is_not_a_success():
+    model = ScriptedModel(correct=lambda contexts, q: 0 if contexts else 5, greedy_correct=lambda c, q: True)
+    records, states = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    children = [r for r in records if r["depth"] == 1]
+    assert all(r["status"] != "success" for r in children)
+    assert all(r["success_rate"] == 1 / 6 for r in children)
+    assert states[0].candidates == []
+
+
+def test_bad_proxy_and_semantic_replies_are_counted_never_successes():
+    def proxy_text(target, parent):
+        return {"B": "", "C": "A. one\nB. two\nAnswer: B", "D": "[ctx D]"}[target]
+
+    model = ScriptedModel(
+        correct=lambda contexts, q: 0 if contexts else 5,
+        proxy_text=proxy_text,
+        semantic_text=lambda q: "Maybe.",
+    )
+    records, states = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    status = {r["target_option"]: r for r in records if r["depth"] == 1}
+    assert status["B"]["status"] == "discarded_proxy" and status["C"]["status"] == "discarded_proxy"
+    assert status["D"]["status"] == "discarded_semantic" and status["D"]["semantic_ok"] is None
+    assert status["D"]["semantic_verdict"] == "unclear"
+    assert states[0].candidates == []
+    summary = summarize_search(records, {})
+    assert summary["status_counts"]["discarded_proxy"] == 2
+    assert summary["status_counts"]["discarded_semantic"] == 1
+    assert summary["successful_perturbations"] == 0
+
+
+def test_semantic_no_and_length_bound_discard():
+    model = ScriptedModel(
+        correct=lambda contexts, q: 0 if contexts else 5,
+        proxy_text=lambda target, parent: f"[ctx {target}]" + (" long" * 400 if target == "B" else ""),
+        semantic_text=lambda user: "Yes, it changes." if "[ctx C]" in user else "no",
+    )
+    records, _ = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    status = {r["target_option"]: r for r in records if r["depth"] == 1}
+    assert status["B"]["status"] == "discarded_length" and status["B"]["length_ratio"] > 10
+    assert status["C"]["status"] == "discarded_semantic" and status["C"]["semantic_ok"] is False
+    assert status["D"]["status"] == "success" and status["D"]["semantic_ok"] is True
+    # The length bound is checked before the semantic call: B never reached the semantic model.
+    assert not any("long long" in r.messages[-1][1] for r in model.requests_of("semantic"))
+
+
+def test_failed_calls_are_errors_not_successes():
+    model = ScriptedModel(
+        correct=lambda contexts, q: 0 if contexts else 5,
+        fail=lambda request: request.n == 5 and "[ctx" in request.messages[-1][1],
+    )
+    records, states = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    children = [r for r in records if r["depth"] == 1]
+    assert children and all(r["status"] == "error" for r in children)
+    assert states[0].candidates == []
+
+
+def test_summary_counts_every_request_sent():
+    model = ScriptedModel(correct=lambda contexts, q: 0 if contexts == ["C"] else 3)
+    records, _ = search(model, [make_item("q1"), make_item("q2")], replace(SETTINGS, max_expansions=2))
+    summary = summarize_search(records, {"victim": {"prompt_per_1m": 1.0, "completion_per_1m": 2.0}})
+    sent = sum(len(b) for b in model.batches)
+    assert summary["requests_total"] == sent
+    victim = [r for b in model.batches for r in b if r.messages[0][1].startswith("You answer")]
+    expected_cost = sum(10 * 1.0 / 1e6 + 3 * r.n * 2.0 / 1e6 for r in victim)
+    assert math.isclose(summary["cost_usd"], expected_cost)
+    assert summary["successful_perturbations"] == sum(1 for r in records if r["status"] == "success")

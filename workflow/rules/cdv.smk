@@ -1,0 +1,243 @@
+# Contextual Distraction Vulnerability study: questions per dataset, one tree search per (dataset, proxy,
+# victim) cell, evaluation per (cell, model), baselines, mitigation, classifier, DPO pairs, tables, figures.
+# Input functions live in common.smk under "# ---- cdv ----".
+
+CDV_CELL = "results/cdv/{dataset}/{proxy}/{victim}"
+
+
+wildcard_constraints:
+    cdv_table="cdv_[a-z_]+",
+    cdv_figure="cdv_[a-z_]+",
+
+
+rule cdv_prepare:
+    output:
+        "results/cdv/data/{dataset}.jsonl",
+    log:
+        "results/logs/cdv/prepare/{dataset}.log",
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        source=lambda w: config["cdv"]["datasets"][w.dataset],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_prepare.py"
+
+
+rule cdv_search:
+    input:
+        questions="results/cdv/data/{dataset}.jsonl",
+    output:
+        search=f"{CDV_CELL}/search.jsonl",
+        perturbed=f"{CDV_CELL}/perturbed.jsonl",
+        summary=f"{CDV_CELL}/search.summary.json",
+        usage=f"{CDV_CELL}/search.usage.json",
+    log:
+        "results/logs/cdv/search/{dataset}/{proxy}/{victim}.log",
+    benchmark:
+        "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}.tsv"
+    resources:
+        gpu=lambda w: max(model_resources(m) for m in cdv_search_roles(w).values()),
+        mem_mb=8000,
+        runtime=720,
+    params:
+        roles=cdv_search_roles,
+        models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
+        search=config["cdv"]["search"],
+        classifier=config["cdv"]["classifier"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_search.py"
+
+
+rule cdv_baselines:
+    input:
+        questions="results/cdv/data/{dataset}.jsonl",
+    output:
+        baselines=f"{CDV_CELL}/baselines.jsonl",
+        usage=f"{CDV_CELL}/baselines.usage.json",
+    log:
+        "results/logs/cdv/baselines/{dataset}/{proxy}/{victim}.log",
+    benchmark:
+        "results/benchmarks/cdv/baselines/{dataset}/{proxy}/{victim}.tsv"
+    resources:
+        gpu=lambda w: model_resources(cdv_baseline_model(w)),
+        mem_mb=8000,
+        runtime=240,
+    params:
+        model=cdv_baseline_model,
+        models=lambda w: cdv_models_of([cdv_baseline_model(w)]),
+        settings=config["cdv"]["baselines"],
+        temperature=config["cdv"]["search"]["proxy_temperature"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_baselines.py"
+
+
+rule cdv_eval:
+    input:
+        unpack(cdv_eval_inputs),
+    output:
+        records=f"{CDV_CELL}/eval/{{model}}.jsonl",
+        usage=f"{CDV_CELL}/eval/{{model}}.usage.json",
+    log:
+        "results/logs/cdv/eval/{dataset}/{proxy}/{victim}/{model}.log",
+    benchmark:
+        "results/benchmarks/cdv/eval/{dataset}/{proxy}/{victim}/{model}.tsv"
+    resources:
+        gpu=lambda w: model_resources(w.model),
+        mem_mb=8000,
+        runtime=240,
+    params:
+        models=lambda w: cdv_models_of([w.model]),
+        max_tokens=config["cdv"]["eval"]["max_tokens"],
+        mitigation=False,
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_eval.py"
+
+
+rule cdv_mitigation:
+    input:
+        questions="results/cdv/data/{dataset}.jsonl",
+        perturbed=f"{CDV_CELL}/perturbed.jsonl",
+    output:
+        records=f"{CDV_CELL}/mitigation/{{model}}.jsonl",
+        usage=f"{CDV_CELL}/mitigation/{{model}}.usage.json",
+    log:
+        "results/logs/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.log",
+    benchmark:
+        "results/benchmarks/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.tsv"
+    resources:
+        gpu=lambda w: model_resources(w.model),
+        mem_mb=8000,
+        runtime=240,
+    params:
+        models=lambda w: cdv_models_of([w.model]),
+        max_tokens=config["cdv"]["eval"]["max_tokens"],
+        mitigation=True,
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_eval.py"
+
+
+rule cdv_classifier:
+    input:
+        searches=cdv_cell_files("search.jsonl"),
+        questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
+    output:
+        predictions="results/cdv/classifier/predictions.jsonl",
+        metrics="results/cdv/classifier/metrics.json",
+    log:
+        "results/logs/cdv/classifier.log",
+    benchmark:
+        "results/benchmarks/cdv/classifier.tsv"
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    params:
+        classifier=config["cdv"]["classifier"],
+        models=cdv_models_of(cdv_classifier_roles()),
+        embedding=config["embedding"],
+        prices={n: config["models"][n].get("price", {}) for n in config["models"]},
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_classifier.py"
+
+
+rule cdv_dpo_export:
+    input:
+        perturbed=cdv_cell_files("perturbed.jsonl"),
+        searches=cdv_cell_files("search.jsonl"),
+        evals=cdv_eval_files("eval"),
+    output:
+        train="results/cdv/dpo/train.jsonl",
+        test="results/cdv/dpo/test.jsonl",
+    log:
+        "results/logs/cdv/dpo_export.log",
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        test_fraction=config["cdv"]["dpo"]["test_fraction"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_dpo_export.py"
+
+
+rule cdv_dpo_train:
+    input:
+        train="results/cdv/dpo/train.jsonl",
+        test="results/cdv/dpo/test.jsonl",
+    output:
+        done="results/cdv/dpo/model/done.json",
+    log:
+        "results/logs/cdv/dpo_train.log",
+    benchmark:
+        "results/benchmarks/cdv/dpo_train.tsv"
+    conda:
+        "../../envs/dpo.yaml"
+    resources:
+        gpu=1,
+        mem_mb=32000,
+        runtime=720,
+    params:
+        base_model=config["cdv"]["dpo"]["base_model"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_dpo_train.py"
+
+
+rule cdv_table:
+    input:
+        summaries=cdv_cell_files("search.summary.json"),
+        searches=cdv_cell_files("search.jsonl"),
+        evals=cdv_eval_files("eval"),
+        mitigation=(
+            cdv_eval_files("mitigation")
+            if config["cdv"]["mitigation"]["enabled"]
+            else []
+        ),
+        classifier=(
+            "results/cdv/classifier/metrics.json"
+            if config["cdv"]["classifier"]["kind"] != "none"
+            else []
+        ),
+    output:
+        csv=report(
+            "results/tables/{cdv_table}.csv",
+            caption="../report/cdv.rst",
+            category="CDV study",
+            subcategory="Tables",
+        ),
+        md="results/tables/{cdv_table}.md",
+        tex="results/tables/{cdv_table}.tex",
+    log:
+        "results/logs/cdv/tables/{cdv_table}.log",
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../../scripts/cdv_table.py"
+
+
+rule cdv_figure:
+    input:
+        searches=cdv_cell_files("search.jsonl"),
+        evals=cdv_eval_files("eval"),
+    output:
+        png=report(
+            "results/figures/{cdv_figure}.png",
+            caption="../report/cdv.rst",
+            category="CDV study",
+            subcategory="Figures",
+        ),
+        pdf="results/figures/{cdv_figure}.pdf",
+    log:
+        "results/logs/cdv/figures/{cdv_figure}.log",
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../../scripts/cdv_figure.py"
