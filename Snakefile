@@ -18,9 +18,10 @@ include: "workflow/rules/analysis.smk"
 include: "workflow/rules/cdv.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/provenance.smk"
+include: "workflow/rules/cost.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True

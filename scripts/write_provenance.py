@@ -6,7 +6,9 @@ from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
-    write_json(smk.output[0], provenance_record(dict(smk.params.config), smk.wildcards.area, smk.params.commit))
+    write_json(
+        smk.output[0], provenance_record(dict(smk.params.config), smk.wildcards.area, smk.params.commit)
+    )
 
 
 run_script(main, snakemake)

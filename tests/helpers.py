@@ -57,7 +57,9 @@ def run_snakemake(
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc
 
 

@@ -16,7 +16,9 @@ def load(path):
     return yaml.safe_load(path.read_text())
 
 
-@pytest.mark.parametrize("path", [ROOT / "config" / "config.yaml", TINY_CONFIG, ROOT / "config" / "paper.yaml"])
+@pytest.mark.parametrize(
+    "path", [ROOT / "config" / "config.yaml", TINY_CONFIG, ROOT / "config" / "paper.yaml"]
+)
 def test_shipped_configs_validate(path):
     if not path.exists():
         pytest.skip(f"{path.name} not present")
@@ -46,7 +48,11 @@ BASE = {"models": {"m": {"backend": "llamacpp", "gguf": "x.gguf"}}}
         ({"models": {"m": {"backend": "foo"}}}, "models.m.backend", "is not one of"),
         ({"models": {"m": {"backend": "llamacpp"}}}, "models.m", "'gguf' is a required property"),
         ({"models": {"m": {"backend": "openai", "model": "x", "concurency": 3}}}, "models.m", "'concurency'"),
-        ({"models": {"m": {"backend": "llamacpp", "gguf": "x", "n_ctx": "big"}}}, "models.m.n_ctx", "integer"),
+        (
+            {"models": {"m": {"backend": "llamacpp", "gguf": "x", "n_ctx": "big"}}},
+            "models.m.n_ctx",
+            "integer",
+        ),
         ({"judging": {"models": ["nope"]}}, "judging.models[0]", "'nope' is not in the 'models' registry"),
     ],
 )

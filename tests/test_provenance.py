@@ -19,7 +19,12 @@ def test_seeds_are_found_at_any_depth():
 
 def test_model_identities_keep_ids_and_drop_connection_details():
     models = {
-        "gpt": {"backend": "openai", "model": "gpt-4o", "api_key_env": "OPENAI_API_KEY", "base_url": "http://h"},
+        "gpt": {
+            "backend": "openai",
+            "model": "gpt-4o",
+            "api_key_env": "OPENAI_API_KEY",
+            "base_url": "http://h",
+        },
         "smol": {"backend": "llamacpp", "gguf": "x.gguf", "n_threads": 2},
     }
     assert model_identities(models) == {

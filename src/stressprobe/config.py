@@ -39,6 +39,9 @@ def load_schema(schema_path: str | Path) -> tuple[dict, Registry]:
     resources = []
     for path in sorted(schema_path.parent.glob("*.schema.yaml")):
         contents = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # jsonschema switches to a plain validator class for a resource that declares `$schema`, which
+        # would silently skip filling that section's defaults: all files are 2020-12 anyway.
+        contents.pop("$schema", None)
         resources.append((path.name, Resource.from_contents(contents, default_specification=DRAFT202012)))
     root = yaml.safe_load(schema_path.read_text(encoding="utf-8"))
     return root, Registry().with_resources(resources)

@@ -29,7 +29,9 @@ def atomic_write(path: str | os.PathLike, text: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise StressprobeError(f"{path}: cannot write ({exc.strerror}); check free space and permissions") from exc
+        raise StressprobeError(
+            f"{path}: cannot write ({exc.strerror}); check free space and permissions"
+        ) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -48,19 +50,19 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """Yield `(line_number, line)` without the newline; a file that is missing or not UTF-8 is a clear error."""
     path = Path(path)
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        raise StressprobeError(f"{path}: file not found; check the path in the config") from None
-    except IsADirectoryError:
-        raise StressprobeError(f"{path}: is a directory, expected a file; check the path in the config") from None
-    with handle:
+    if not path.exists():
+        raise StressprobeError(f"{path}: file not found; check the path in the config")
+    if path.is_dir():
+        raise StressprobeError(f"{path}: is a directory, expected a file; check the path in the config")
+    with open(path, "rb") as handle:
         # Decoded line by line (not by the buffered text layer) so that the error names the right line.
         for lineno, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise StressprobeError(f"{path}:{lineno}: not valid UTF-8; re-encode the file as UTF-8") from None
+                raise StressprobeError(
+                    f"{path}:{lineno}: not valid UTF-8; re-encode the file as UTF-8"
+                ) from None
             yield lineno, line.rstrip("\r\n")
 
 
@@ -73,7 +75,9 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise StressprobeError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove the line") from None
+            raise StressprobeError(
+                f"{path}:{lineno}: not valid JSON ({exc.msg}); fix or remove the line"
+            ) from None
         if not isinstance(record, dict):
             raise StressprobeError(f"{path}:{lineno}: expected a JSON object per line")
         records.append(record)

@@ -15,7 +15,9 @@ log = logging.getLogger("stressprobe")
 
 def configure_logging(log_path: str | None) -> None:
     """Send the library's log records to the rule's log file (and stderr when there is none)."""
-    handler: logging.Handler = logging.FileHandler(log_path, mode="w") if log_path else logging.StreamHandler()
+    handler: logging.Handler = (
+        logging.FileHandler(log_path, mode="w") if log_path else logging.StreamHandler()
+    )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -4,11 +4,13 @@
 rule provenance:
     output:
         "results/{area}/provenance.json",
-    params:
-        config=config,
-        commit=git_commit(workflow.basedir),
     log:
         "results/logs/provenance/{area}.log",
     localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        config=config,
+        commit=git_commit(workflow.basedir),
     script:
         "../../scripts/write_provenance.py"

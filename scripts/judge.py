@@ -1,0 +1,39 @@
+"""One judge cell: every summarized pair of a dataset judged by one model under one condition."""
+
+from stressprobe.datasets import read_topics
+from stressprobe.io import read_jsonl, write_json, write_jsonl
+from stressprobe.judging import (
+    cell_personas,
+    cell_summary,
+    is_retrieved,
+    judge_cell,
+    retrieved_personas,
+    split_condition,
+)
+from stressprobe.llm import open_client
+from stressprobe.prompts import load_template
+from stressprobe.snakemake_io import cache_path, log, run_script
+
+
+def main(smk):
+    source, role = split_condition(f"{smk.wildcards.source}/{smk.wildcards.role}")
+    summaries = read_jsonl(smk.input.summaries)
+    topics = read_topics(smk.input.topics)
+    template = load_template(smk.input.template, required=("query", "passage"))
+    table = None
+    if is_retrieved(source):
+        table = retrieved_personas(read_jsonl(smk.input.personas), role, smk.input.personas)
+    fixed = {role: smk.params.persona} if smk.params.persona is not None else {}
+    personas = cell_personas(topics, source, role, fixed, table, smk.input.get("personas", ""))
+    with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
+        records = judge_cell(
+            client, summaries, topics, personas, template, smk.params.max_tokens, smk.params.logprobs
+        )
+        client.write_usage(smk.output.usage)
+    counts = cell_summary(records)
+    log.info("%s/%s %s/%s: %s", smk.wildcards.dataset, smk.wildcards.model, source, role, counts)
+    write_jsonl(smk.output.judgments, records)
+    write_json(smk.output.summary, counts)
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,349 @@
+"""The bill before spending it: calls, tokens and dollars each cell still needs, the cache taken into account.
+
+Judging cells: their requests are built with the same library functions the jobs use, so their cache keys
+are the keys the jobs will look up; requests already in the cache cost nothing. CDV cells are adaptive (a
+search asks what earlier answers call for), so they are bounded from the search settings instead: every
+allowed expansion happens, every question grows to the longest allowed, the cache is not consulted. Token
+counts are estimates:
+prompt tokens from the text length (about 4 characters per token for English, plus the chat format's
+per-message overhead), completion tokens as the requested maximum (an upper bound; judges and summarizers
+stop earlier).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
+from stressprobe.io import atomic_write
+from stressprobe.judging import (
+    cell_personas,
+    is_retrieved,
+    judge_request,
+    passage_record,
+    retrieved_personas,
+    split_condition,
+    summary_requests,
+)
+from stressprobe.llm import Request
+from stressprobe.llm.backends.llamacpp import gguf_identity, resolve_package_file
+from stressprobe.llm.cache import ResponseCache, cache_key
+
+CHARS_PER_TOKEN = 4
+# OpenAI's counting recipe for chat prompts: each message carries ~4 tokens of role and separators, and
+# the reply is primed with 3 more.
+MESSAGE_OVERHEAD_TOKENS = 4
+REPLY_PRIMING_TOKENS = 3
+
+
+@dataclass(frozen=True)
+class CellEstimate:
+    """One row of the bill: a cell's calls, how many are cached, and what the rest will cost."""
+
+    study: str
+    dataset: str
+    cell: str
+    model: str
+    calls: int
+    cached: int
+    to_call: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+
+
+def model_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's identity in cache keys, as its backend computes it (without loading the model)."""
+    if entry["backend"] == "llamacpp":
+        return gguf_identity(resolve_package_file(str(entry["gguf"]), f"models.{name}.gguf"))
+    return {"backend": entry["backend"], "model": entry["model"]}
+
+
+def prompt_tokens(request: Request) -> int:
+    """Estimated prompt tokens of a chat request."""
+    text_tokens = sum(math.ceil(len(content) / CHARS_PER_TOKEN) for _, content in request.messages)
+    return text_tokens + MESSAGE_OVERHEAD_TOKENS * len(request.messages) + REPLY_PRIMING_TOKENS
+
+
+def completion_tokens(request: Request) -> int:
+    """Upper bound of the completion tokens: every sample runs to max_tokens."""
+    return request.max_tokens * request.n
+
+
+def price_usd(entry: Mapping[str, Any], prompt: int, completion: int) -> float:
+    """Dollars for the tokens at the model entry's prices (USD per million tokens; local models cost 0)."""
+    price = entry.get("price") or {}
+    return (prompt * price.get("prompt_per_1m", 0) + completion * price.get("completion_per_1m", 0)) / 1e6
+
+
+class CacheView:
+    """Which request keys the shared response cache already holds (nothing when the file does not exist)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.cache = ResponseCache(path) if Path(path).is_file() else None
+
+    def cached(self, keys: Sequence[str]) -> set[str]:
+        return set(self.cache.get_many(list(keys))) if self.cache is not None else set()
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+def estimate_cell(
+    study: str,
+    dataset: str,
+    cell: str,
+    model: str,
+    entry: Mapping[str, Any],
+    requests: Sequence[Request],
+    cache: CacheView,
+) -> CellEstimate:
+    """Count a cell's distinct requests, drop the cached ones, and price the rest."""
+    identity = model_identity(model, entry)
+    unique = dict(zip((cache_key(identity, r) for r in requests), requests, strict=True))
+    done = cache.cached(list(unique))
+    todo = [r for key, r in unique.items() if key not in done]
+    prompt = sum(prompt_tokens(r) for r in todo)
+    completion = sum(completion_tokens(r) for r in todo)
+    return CellEstimate(
+        study=study,
+        dataset=dataset,
+        cell=cell,
+        model=model,
+        calls=len(unique),
+        cached=len(unique) - len(todo),
+        to_call=len(todo),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_usd=round(price_usd(entry, prompt, completion), 4),
+    )
+
+
+def stand_in_summaries(pairs: Iterable[Mapping[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """Summaries not written yet: the passage cut or padded to the summary's maximum length (an upper bound).
+
+    Built from each passage so that distinct pairs stay distinct requests, as their real summaries will be.
+    """
+    size = max_tokens * CHARS_PER_TOKEN
+    return [
+        {"qid": p["qid"], "docid": p["docid"], "summary": p["passage"][:size].ljust(size), "status": "ok"}
+        for p in pairs
+    ]
+
+
+def judged_texts(
+    pairs: Sequence[Mapping[str, Any]],
+    summaries: Sequence[Mapping[str, Any]] | None,
+    summarized: bool,
+    summary_max_tokens: int,
+) -> list[Mapping[str, Any]]:
+    """What the judges will read: the passages, the summaries when they exist, else stand-ins."""
+    if not summarized:
+        return [passage_record(pair) for pair in pairs]
+    if summaries is not None:
+        return [s for s in summaries if s["status"] != "error"]
+    return stand_in_summaries(pairs, summary_max_tokens)
+
+
+def judge_cell_requests(
+    texts: Sequence[Mapping[str, Any]],
+    topics: Mapping[str, str],
+    personas: Mapping[str, str | None],
+    template: str,
+    max_tokens: int,
+    logprobs: int,
+) -> list[Request]:
+    """The requests of one judge cell (as `stressprobe.judging.judge_cell` sends them)."""
+    return [
+        judge_request(topics[t["qid"]], t["summary"], personas[t["qid"]], template, max_tokens, logprobs)
+        for t in texts
+    ]
+
+
+def judging_estimates(
+    dataset: str,
+    pairs: Sequence[Mapping[str, Any]],
+    topics: Mapping[str, str],
+    summaries: Sequence[Mapping[str, Any]] | None,
+    persona_tables: Mapping[str, tuple[list[dict[str, Any]], str]],
+    judging: Mapping[str, Any],
+    fixed_personas: Mapping[str, str],
+    summarizer: str | None,
+    models: Mapping[str, Mapping[str, Any]],
+    templates: Mapping[str, str],
+    cache: CacheView,
+) -> list[CellEstimate]:
+    """The summarize cell (when the dataset is summarized) and every judge cell of one dataset.
+
+    `persona_tables` maps a retrieved source to (its persona selection records, the file they came from).
+    """
+    rows = []
+    if summarizer is not None:
+        requests = summary_requests(pairs, topics, templates["summary"], judging["summary_max_tokens"])
+        rows.append(
+            estimate_cell("judging", dataset, "summarize", summarizer, models[summarizer], requests, cache)
+        )
+    texts = judged_texts(pairs, summaries, summarizer is not None, judging["summary_max_tokens"])
+    for condition in judging["conditions"]:
+        source, role = split_condition(condition)
+        table, path = None, ""
+        if is_retrieved(source):
+            records, path = persona_tables[source]
+            table = retrieved_personas(records, role, path)
+        personas = cell_personas(topics, source, role, fixed_personas, table, path)
+        requests = judge_cell_requests(
+            texts, topics, personas, templates["judge"], judging["judge_max_tokens"], judging["logprobs"]
+        )
+        for model in judging["models"]:
+            rows.append(estimate_cell("judging", dataset, condition, model, models[model], requests, cache))
+    return rows
+
+
+def bound_row(
+    dataset: str, cell: str, model: str, entry: Mapping[str, Any], requests: Iterable[tuple[Request, int]]
+) -> CellEstimate:
+    """An upper-bound row of CDV work: (request, how many times at most) pairs, never deduplicated."""
+    calls = prompt = completion = 0
+    for request, times in requests:
+        calls += times
+        prompt += times * prompt_tokens(request)
+        completion += times * completion_tokens(request)
+    cost = round(price_usd(entry, prompt, completion), 4)
+    return CellEstimate("cdv (bound)", dataset, cell, model, calls, 0, calls, prompt, completion, cost)
+
+
+def longest_question(item: Mapping[str, Any], length_ratio_max: float) -> str:
+    """The longest perturbed question the search keeps: added context up to the length bound."""
+    question = item["question"]
+    return question.rjust(int(len(question) * length_ratio_max))
+
+
+def cdv_search_bounds(
+    dataset: str,
+    questions: Sequence[Mapping[str, Any]],
+    roles: Mapping[str, str],
+    search: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+) -> list[CellEstimate]:
+    """Upper bounds of one search cell's calls per role (proxy, semantic check, victim).
+
+    Per question with k choices: the root's sampled and greedy victim calls, then per expansion (at most
+    `max_expansions`) k - 1 children, each a proxy call, a semantic check and sampled + greedy victim calls.
+    """
+    cell = f"search {roles['proxy']}/{roles['victim']}"
+    per_role: dict[str, list[tuple[Request, int]]] = {"proxy": [], "semantic": [], "victim": []}
+    for item in questions:
+        choices, answer = item["choices"], item["answer_index"]
+        children = search["max_expansions"] * (len(choices) - 1)
+        longest = longest_question(item, search["length_ratio_max"])
+        target = next(i for i in range(len(choices)) if i != answer)
+        per_role["proxy"].append(
+            (
+                Request(
+                    messages=proxy_messages(longest, choices, answer, target),
+                    max_tokens=search["proxy_max_tokens"],
+                ),
+                children,
+            )
+        )
+        per_role["semantic"].append(
+            (
+                Request(
+                    messages=semantic_messages(item["question"], longest, choices, answer),
+                    max_tokens=search["semantic_max_tokens"],
+                ),
+                children,
+            )
+        )
+        for question, times in ((item["question"], 1), (longest, children)):
+            messages = victim_messages(question, choices)
+            sampled = Request(messages=messages, max_tokens=search["victim_max_tokens"], n=search["samples"])
+            greedy = Request(messages=messages, max_tokens=search["victim_max_tokens"])
+            per_role["victim"] += [(sampled, times), (greedy, times)]
+    return [
+        bound_row(dataset, f"{cell} ({role})", roles[role], models[roles[role]], requests)
+        for role, requests in per_role.items()
+    ]
+
+
+def cdv_eval_bounds(
+    dataset: str,
+    questions: Sequence[Mapping[str, Any]],
+    cell: str,
+    eval_models: Sequence[str],
+    cdv: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+) -> list[CellEstimate]:
+    """Upper bounds of re-asking every original and every possible success to each evaluated model.
+
+    Successes per question are at most `max_candidates` (else every child the search may create); with
+    mitigation on, each question is asked a second time with the focus instruction.
+    """
+    search = cdv["search"]
+    asks = 2 if cdv["mitigation"]["enabled"] else 1
+    requests = []
+    for item in questions:
+        children = search["max_expansions"] * (len(item["choices"]) - 1)
+        successes = min(search["max_candidates"] or children, children)
+        longest = longest_question(item, search["length_ratio_max"])
+        for question, times in ((item["question"], asks), (longest, asks * successes)):
+            messages = victim_messages(question, item["choices"])
+            requests.append((Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"]), times))
+    return [bound_row(dataset, f"eval {cell}", model, models[model], requests) for model in eval_models]
+
+
+def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
+    """The sum over all cells."""
+    return CellEstimate(
+        study="total",
+        dataset="",
+        cell="",
+        model="",
+        calls=sum(r.calls for r in rows),
+        cached=sum(r.cached for r in rows),
+        to_call=sum(r.to_call for r in rows),
+        prompt_tokens=sum(r.prompt_tokens for r in rows),
+        completion_tokens=sum(r.completion_tokens for r in rows),
+        cost_usd=round(sum(r.cost_usd for r in rows), 4),
+    )
+
+
+def estimate_csv(rows: Sequence[CellEstimate]) -> str:
+    """The bill as CSV: one row per cell, then the total."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(CellEstimate)], lineterminator="\n")
+    writer.writeheader()
+    for row in [*rows, total_row(rows)]:
+        writer.writerow(asdict(row))
+    return out.getvalue()
+
+
+def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
+    """The bill as a Markdown table with the assumptions it rests on."""
+    names = [f.name for f in fields(CellEstimate)]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for row in [*rows, total_row(rows)]:
+        values = asdict(row)
+        values["cost_usd"] = f"{row.cost_usd:.2f}"
+        lines.append("| " + " | ".join(str(values[n]) for n in names) + " |")
+    notes = (
+        "\nCalls already in the response cache cost nothing and are not counted in `to_call`. "
+        "Rows `cdv (bound)` are upper bounds from the search settings (adaptive searches; the cache is not "
+        "consulted for them); CDV baselines and the prompt classifier are not included.\n"
+        f"Prompt tokens are estimated at {CHARS_PER_TOKEN} characters per token plus the chat format's "
+        "overhead; completion tokens are the requested maximum (an upper bound). Judge cells of datasets "
+        "whose summaries do not exist yet are priced with summaries of the maximum summary length.\n"
+    )
+    return "\n".join(lines) + "\n" + notes
+
+
+def write_estimate(rows: Sequence[CellEstimate], csv_path: str | Path, md_path: str | Path) -> None:
+    atomic_write(csv_path, estimate_csv(rows))
+    atomic_write(md_path, estimate_markdown(rows))

@@ -1,0 +1,260 @@
+"""Judge cells of the persona study: summaries, judge requests, judgment records, per-cell counts, qrels."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from stressprobe.datasets import Qrels
+from stressprobe.errors import StressprobeError
+from stressprobe.llm import Request, Response, label_distribution
+from stressprobe.prompts import LABELS, judge_prompt, parse_label, render
+
+# The nine judging conditions, `source/role`: the plain prompt, two fixed assessor roles, and three roles
+# retrieved per query from each persona pool.
+CONDITIONS = (
+    "baseline/umbrela",
+    "fixed/evidence",
+    "fixed/gap",
+    "personahub/query",
+    "personahub/domain",
+    "personahub/orthogonal",
+    "uspersona/query",
+    "uspersona/domain",
+    "uspersona/orthogonal",
+)
+RETRIEVED_SOURCES = ("personahub", "uspersona")
+HUMAN = "human"  # human qrels are evaluated as model `human`, condition `human/human`
+STATUSES = ("ok", "unparsed", "error")
+
+
+class Client(Protocol):
+    """What the judging code needs of `stressprobe.llm`'s client."""
+
+    def generate(self, requests: list[Request]) -> list[Response]: ...
+
+
+def split_condition(condition: str) -> tuple[str, str]:
+    """`"personahub/query"` -> `("personahub", "query")`; an unknown condition is a config error."""
+    if condition not in CONDITIONS:
+        raise StressprobeError(
+            f"unknown judging condition '{condition}'; use one of: {', '.join(CONDITIONS)}"
+        )
+    source, role = condition.split("/")
+    return source, role
+
+
+def is_retrieved(source: str) -> bool:
+    """Whether a condition's persona differs per query (read from the dataset's persona table)."""
+    return source in RETRIEVED_SOURCES
+
+
+def retrieved_personas(records: Iterable[Mapping[str, Any]], role: str, path: str) -> dict[str, str]:
+    """qid -> persona text for one role of a dataset's persona table (`personas/{source}.jsonl`)."""
+    personas = {}
+    for record in records:
+        if record.get("role") == role:
+            if not isinstance(record.get("persona"), str) or not record["persona"].strip():
+                raise StressprobeError(
+                    f"{path}: qid {record.get('qid')} role {role} has no persona text; rebuild the table"
+                )
+            personas[str(record["qid"])] = record["persona"]
+    return personas
+
+
+def cell_personas(
+    qids: Iterable[str],
+    source: str,
+    role: str,
+    fixed: Mapping[str, str],
+    table: Mapping[str, str] | None,
+    path: str,
+) -> dict[str, str | None]:
+    """The persona of a condition for each query: none (baseline), the fixed text, or the retrieved one."""
+    if source == "baseline":
+        return dict.fromkeys(qids)
+    if source == "fixed":
+        if role not in fixed:
+            raise StressprobeError(
+                f"config key 'personas.fixed.{role}' is missing; add the text of that persona"
+            )
+        return dict.fromkeys(qids, fixed[role])
+    assert table is not None, "retrieved conditions need their persona table"
+    missing = sorted(set(qids) - set(table))
+    if missing:
+        raise StressprobeError(
+            f"{path}: no {role} persona for qid(s) {', '.join(missing[:5])}; rebuild the persona table"
+        )
+    return {qid: table[qid] for qid in qids}
+
+
+def check_qids(pairs: Iterable[Mapping[str, Any]], topics: Mapping[str, str], what: str) -> None:
+    """Every pair's query must have a text in the topics."""
+    missing = sorted({str(pair["qid"]) for pair in pairs} - set(topics))
+    if missing:
+        raise StressprobeError(
+            f"qid(s) {', '.join(missing[:5])} of the {what} are not in the topics; rebuild the dataset's data"
+        )
+
+
+# ---- summaries ----
+
+
+def summary_requests(
+    pairs: Sequence[Mapping[str, Any]], topics: Mapping[str, str], template: str, max_tokens: int
+) -> list[Request]:
+    """One greedy request per pair.
+
+    With the default template (no `{query}`) a passage judged for several queries gives identical
+    requests, so it is summarized by one cached call; a template with `{query}` makes query-focused summaries.
+    """
+    return [
+        Request.chat(
+            user=render(template, query=topics[pair["qid"]], passage=pair["passage"]), max_tokens=max_tokens
+        )
+        for pair in pairs
+    ]
+
+
+def summary_record(pair: Mapping[str, Any], response: Response) -> dict[str, Any]:
+    """`{"qid","docid","summary","status"}`; a failed or empty summary is `error` with summary null."""
+    text = response.text.strip()
+    if response.error is not None or not text:
+        return {"qid": pair["qid"], "docid": pair["docid"], "summary": None, "status": "error",
+                "error": response.error or "empty summary"}  # fmt: skip
+    return {"qid": pair["qid"], "docid": pair["docid"], "summary": text, "status": "ok", "error": None}
+
+
+def passage_record(pair: Mapping[str, Any]) -> dict[str, Any]:
+    """The record when summarization is off for a dataset: the judge reads the passage itself."""
+    return {
+        "qid": pair["qid"],
+        "docid": pair["docid"],
+        "summary": pair["passage"],
+        "status": "passage",
+        "error": None,
+    }
+
+
+def summarize_pairs(
+    client: Client | None,
+    pairs: Sequence[Mapping[str, Any]],
+    topics: Mapping[str, str],
+    template: str,
+    max_tokens: int,
+) -> list[dict[str, Any]]:
+    """Summaries of every pair, or the passages themselves when `client` is None (summarization off)."""
+    if client is None:
+        return [passage_record(pair) for pair in pairs]
+    check_qids(pairs, topics, "pairs")
+    responses = client.generate(summary_requests(pairs, topics, template, max_tokens))
+    return [summary_record(pair, response) for pair, response in zip(pairs, responses, strict=True)]
+
+
+# ---- judge cells ----
+
+
+def judge_request(
+    query: str, text: str, persona: str | None, template: str, max_tokens: int, logprobs: int
+) -> Request:
+    """The request of one pair under one condition: greedy (temperature 0), top-k log-probabilities."""
+    return Request.chat(
+        user=judge_prompt(template, query, text, persona),
+        max_tokens=max_tokens,
+        temperature=0.0,
+        logprobs=logprobs,
+    )
+
+
+def expected_grade(probs: Mapping[str, float] | None) -> float | None:
+    """The mean grade under the label distribution."""
+    return None if probs is None else sum(int(label) * p for label, p in probs.items())
+
+
+def judgment_record(
+    summary: Mapping[str, Any], persona: str | None, response: Response | None
+) -> dict[str, Any]:
+    """One line of a judgments file; `response` is None when the pair's summary failed (nothing to judge)."""
+    record: dict[str, Any] = {"qid": summary["qid"], "docid": summary["docid"], "persona": persona}
+    if response is None or response.error is not None:
+        error = f"summary failed: {summary.get('error')}" if response is None else response.error
+        return {
+            **record,
+            "label": None,
+            "raw": "",
+            "status": "error",
+            "probs": None,
+            "expected": None,
+            "error": error,
+        }
+    label = parse_label(response.text)
+    probs = label_distribution(response.top_logprobs, LABELS) if response.top_logprobs else None
+    return {
+        **record,
+        "label": label,
+        "raw": response.text,
+        "status": "ok" if label is not None else "unparsed",
+        "probs": probs,
+        "expected": expected_grade(probs),
+        "error": None,
+    }
+
+
+def judge_cell(
+    client: Client,
+    summaries: Sequence[Mapping[str, Any]],
+    topics: Mapping[str, str],
+    personas: Mapping[str, str | None],
+    template: str,
+    max_tokens: int,
+    logprobs: int,
+) -> list[dict[str, Any]]:
+    """Judge every summarized pair of a dataset under one condition; records keep the summaries' order."""
+    check_qids(summaries, topics, "summaries")
+    judgeable = [s for s in summaries if s["status"] != "error"]
+    requests = [
+        judge_request(topics[s["qid"]], s["summary"], personas[s["qid"]], template, max_tokens, logprobs)
+        for s in judgeable
+    ]
+    responses = iter(client.generate(requests))
+    # A pair whose summary failed gets an `error` record without a call, in its place.
+    return [
+        judgment_record(s, personas[s["qid"]], None if s["status"] == "error" else next(responses))
+        for s in summaries
+    ]
+
+
+def cell_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts of a cell: pairs, per status, with a label distribution, and per label."""
+    statuses = Counter(record["status"] for record in records)
+    labels = Counter(str(record["label"]) for record in records if record["label"] is not None)
+    return {
+        "pairs": len(records),
+        **{status: statuses.get(status, 0) for status in STATUSES},
+        "with_probs": sum(record["probs"] is not None for record in records),
+        "labels": {label: labels.get(label, 0) for label in LABELS},
+    }
+
+
+def judgment_qrels(records: Iterable[Mapping[str, Any]]) -> Qrels:
+    """The parsed judgments as qrels; unparsed and failed pairs are left out (counted in the cell summary)."""
+    qrels: Qrels = {}
+    for record in records:
+        if record["status"] == "ok":
+            qrels.setdefault(record["qid"], {})[record["docid"]] = record["label"]
+    return qrels
+
+
+def restrict_external_qrels(qrels: Qrels, qids: Iterable[str], path: str | Path) -> Qrels:
+    """An external judge's qrels limited to the dataset's selected queries (every table averages one set).
+
+    External judgments registered in config are evaluated as a further judge "model".
+    """
+    kept = {qid: judged for qid, judged in qrels.items() if qid in set(qids)}
+    if not kept:
+        raise StressprobeError(
+            f"{path}: judges none of the dataset's selected queries; check the file and the dataset's queries"
+        )
+    return kept

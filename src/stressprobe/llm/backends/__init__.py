@@ -1,0 +1,24 @@
+"""Model backends; each module is imported only when a model of that backend is opened."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from stressprobe.errors import StressprobeError
+from stressprobe.llm.backends.base import AsyncBackend, Backend
+
+BACKENDS = {"llamacpp": "llamacpp", "openai": "openai", "vllm": "vllm"}
+
+__all__ = ["AsyncBackend", "Backend", "BACKENDS", "open_backend"]
+
+
+def open_backend(name: str, entry: dict[str, Any]) -> Backend:
+    """Open the backend of registry entry `entry` (model `name`); config errors raise StressprobeError."""
+    kind = entry.get("backend")
+    if kind not in BACKENDS:
+        raise StressprobeError(
+            f"config models.{name}.backend: unknown backend {kind!r}; use one of {', '.join(BACKENDS)}"
+        )
+    module = importlib.import_module(f"stressprobe.llm.backends.{BACKENDS[kind]}")
+    return module.open_backend(name, entry)

@@ -1,0 +1,184 @@
+"""The one entry point for model calls: cache first, claim, call the backend, commit, count.
+
+A request is sent to a model at most once across jobs and reruns: answers come from the cache when they
+exist; otherwise the client claims the key, calls the model and commits the answer immediately. A key
+claimed by another live process is waited for instead of being paid for twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from typing import Any
+
+from stressprobe.errors import StressprobeError
+from stressprobe.llm.backends import AsyncBackend, Backend, open_backend
+from stressprobe.llm.cache import Claim, ResponseCache, cache_key, request_record
+from stressprobe.llm.types import Request, Response
+from stressprobe.llm.usage import Usage, usage_record, write_usage
+
+log = logging.getLogger(__name__)
+
+POLL_START_S = 0.02
+POLL_MAX_S = 0.5
+
+
+def open_client(models: dict[str, Any], name: str, cache_path: str | os.PathLike) -> Client:
+    """A client for registry model `name`; config errors raise StressprobeError before any call."""
+    if name not in (models or {}):
+        known = ", ".join(sorted(models or {})) or "none"
+        raise StressprobeError(
+            f"config models: model {name!r} is not in the registry (known: {known}); add it under `models:` "
+            "or fix the name"
+        )
+    entry = models[name]
+    if not isinstance(entry, dict):
+        raise StressprobeError(f"config models.{name}: expected a mapping with a `backend` key")
+    backend = open_backend(name, entry)
+    try:
+        cache = ResponseCache(cache_path)
+    except StressprobeError:
+        backend.close()
+        raise
+    return Client(name, backend, cache, price=entry.get("price"))
+
+
+class Client:
+    """Answers Requests for one model through the shared cache; use as a context manager."""
+
+    def __init__(
+        self, name: str, backend: Backend, cache: ResponseCache, price: dict[str, float] | None
+    ) -> None:
+        self.name = name
+        self.backend = backend
+        self.cache = cache
+        self.price = price
+        self.usage = Usage()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def generate(self, requests: list[Request]) -> list[Response]:
+        """Responses in the order of `requests`; identical requests are computed once."""
+        keys = [cache_key(self.backend.identity, r) for r in requests]
+        unique = dict(zip(keys, requests, strict=True))
+        answers = {k: Response.from_payload(p) for k, p in self.cache.get_many(list(unique)).items()}
+        todo = [(k, r) for k, r in unique.items() if k not in answers]
+        if todo:
+            if isinstance(self.backend, AsyncBackend):
+                self.backend.run(self._run_async(todo, answers))
+            else:
+                self._run_sync(todo, answers)
+        return self._in_request_order(keys, answers)
+
+    def _in_request_order(self, keys: list[str], answers: dict[str, Response]) -> list[Response]:
+        """Map answers back to positions; every answer not computed here (or repeated) is a cache hit."""
+        responses, seen = [], set()
+        for key in keys:
+            response = answers[key]
+            if key in seen:
+                response = dataclasses.replace(response, cached=True)
+            if response.cached:
+                self.usage.record_hit()
+            seen.add(key)
+            responses.append(response)
+        return responses
+
+    def _store(self, key: str, request: Request, response: Response) -> None:
+        """Commit a fresh answer (or release the claim of a failed one: errors are never cached)."""
+        self.usage.record_call(response)
+        if response.error is None:
+            self.cache.put(
+                key, self.name, request_record(self.backend.identity, request), response.to_payload()
+            )
+        else:
+            self.cache.release(key)
+
+    def _run_sync(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
+        """Claim and compute in the backend's order, `batch_size` at a time; then wait for others' claims."""
+        order = self.backend.order([r for _, r in todo])
+        busy: list[int] = []
+        batch: list[int] = []
+        for i in order:
+            state = self.cache.claim(todo[i][0])
+            if state is Claim.MINE:
+                batch.append(i)
+            elif state is Claim.DONE:
+                answers[todo[i][0]] = Response.from_payload(self.cache.get(todo[i][0]))
+            else:
+                busy.append(i)
+            if len(batch) >= self.backend.batch_size:
+                self._compute_sync([todo[j] for j in batch], answers)
+                batch = []
+        if batch:
+            self._compute_sync([todo[j] for j in batch], answers)
+        delay = POLL_START_S
+        while busy:
+            time.sleep(delay)
+            delay = min(POLL_MAX_S, delay * 2)
+            still_busy = []
+            for i in busy:
+                key = todo[i][0]
+                state = self.cache.claim(key)
+                if state is Claim.MINE:
+                    self._compute_sync([todo[i]], answers)
+                elif state is Claim.DONE:
+                    answers[key] = Response.from_payload(self.cache.get(key))
+                else:
+                    still_busy.append(i)
+            busy = still_busy
+
+    def _compute_sync(self, items: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
+        try:
+            responses = self.backend.complete([r for _, r in items])
+        except BaseException:
+            for key, _ in items:
+                self.cache.release(key)
+            raise
+        for (key, request), response in zip(items, responses, strict=True):
+            self._store(key, request, response)
+            answers[key] = response
+
+    async def _run_async(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
+        """One task per request; a key is claimed only once a concurrency slot is free (claims = calls)."""
+        slots = asyncio.Semaphore(self.backend.concurrency)
+
+        async def answer(key: str, request: Request) -> None:
+            delay = POLL_START_S
+            while True:
+                async with slots:
+                    state = self.cache.claim(key)
+                    if state is Claim.MINE:
+                        try:
+                            response = await self.backend.acomplete(request)
+                        except BaseException:
+                            self.cache.release(key)
+                            raise
+                        self._store(key, request, response)
+                        answers[key] = response
+                        return
+                if state is Claim.DONE:
+                    answers[key] = Response.from_payload(self.cache.get(key))
+                    return
+                await asyncio.sleep(delay)
+                delay = min(POLL_MAX_S, delay * 2)
+
+        await asyncio.gather(*(answer(k, r) for k, r in todo))
+
+    def write_usage(self, path: str | os.PathLike) -> None:
+        """Write this job's usage sidecar (calls, cache hits, errors, retries, tokens, cost)."""
+        self.usage.retries = self.backend.retries
+        write_usage(path, usage_record(self.name, self.backend.kind, self.usage, self.price))
+
+    def close(self) -> None:
+        """Release claims and free the model/connections."""
+        try:
+            self.backend.close()
+        finally:
+            self.cache.close()

@@ -1,0 +1,64 @@
+"""Counting what a job spent: model calls, cache hits, failures, tokens and the estimated cost."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from stressprobe.io import write_json
+from stressprobe.llm.types import Response
+
+
+@dataclass
+class Usage:
+    """Running totals of one client; tokens and cost count only calls actually made (not cache hits)."""
+
+    calls_made: int = 0
+    cache_hits: int = 0
+    errors: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def record_call(self, response: Response) -> None:
+        """A response computed by the model now (successful or failed)."""
+        if response.error is not None:
+            self.errors += 1
+            return
+        self.calls_made += 1
+        self.prompt_tokens += response.prompt_tokens
+        self.completion_tokens += response.completion_tokens
+
+    def record_hit(self) -> None:
+        """A response answered without a model call (cache, or a duplicate in the same batch)."""
+        self.cache_hits += 1
+
+
+def cost_usd(usage: Usage, price: dict[str, float] | None) -> float:
+    """Estimated cost from per-million-token prices (missing prices count as 0)."""
+    price = price or {}
+    return (
+        usage.prompt_tokens * float(price.get("prompt_per_1m", 0.0))
+        + usage.completion_tokens * float(price.get("completion_per_1m", 0.0))
+    ) / 1e6
+
+
+def usage_record(model: str, backend: str, usage: Usage, price: dict[str, float] | None) -> dict[str, Any]:
+    """The usage sidecar's content."""
+    return {
+        "model": model,
+        "backend": backend,
+        "calls_made": usage.calls_made,
+        "cache_hits": usage.cache_hits,
+        "errors": usage.errors,
+        "retries": usage.retries,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cost_usd": round(cost_usd(usage, price), 6),
+    }
+
+
+def write_usage(path: str | os.PathLike, record: dict[str, Any]) -> None:
+    """Write the sidecar atomically."""
+    write_json(path, record)

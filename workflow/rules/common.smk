@@ -1,0 +1,575 @@
+# Shared helpers and input functions. Stage-specific ones are grouped below under a heading per stage.
+import sys
+from pathlib import Path
+
+from stressprobe.config import validate_config
+from stressprobe.errors import StressprobeError
+from stressprobe.provenance import git_commit
+
+try:
+    # The schema's sections $ref each other by file name, so read them from the checkout, not the source cache.
+    validate_config(
+        config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+    )
+except StressprobeError as exc:
+    # One line, before any job runs: a config typo must not surface as a traceback.
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(1)
+
+
+def sorted_dict(value):
+    """`value` with every dict's keys in sorted order: params compare by their text, so key order in a
+    config file must not matter."""
+    if isinstance(value, dict):
+        return {key: sorted_dict(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_dict(item) for item in value]
+    return value
+
+
+def model_entry(name):
+    """The registry entry of one model: passed as a param so editing it reruns exactly its jobs."""
+    return sorted_dict(config["models"][name])
+
+
+def model_resources(name):
+    """GPUs for vllm models (routed to the GPU partition by the profile), none for the others."""
+    entry = config["models"][name]
+    return entry.get("gpus", 1) if entry["backend"] == "vllm" else 0
+
+
+def final_outputs():
+    """Everything `rule all` builds: each enabled stage's tables, figures and report inputs."""
+    outputs = []
+    if config["judging"].get("enabled", True):
+        outputs += judging_outputs()
+        outputs += analysis_outputs()
+    if config["cdv"].get("enabled", True):
+        outputs += cdv_outputs()
+    return outputs + provenance_outputs()
+
+
+def provenance_areas():
+    """The results areas this config writes; each gets a provenance record."""
+    areas = ["tables", "figures"]
+    if config["judging"].get("enabled", True):
+        areas += ["data", "personas", "judging", "analysis"]
+    if config["cdv"].get("enabled", True):
+        areas += ["cdv"]
+    return sorted(areas)
+
+
+def provenance_outputs():
+    return expand("results/{area}/provenance.json", area=provenance_areas())
+
+
+wildcard_constraints:
+    area="data|personas|judging|analysis|cdv|tables|figures",
+
+
+# ---- data / personas / judging ----
+
+# -- judging (summaries, judge cells, qrels, nDCG) --
+import re as _re
+
+from stressprobe import judging as _judging
+
+
+def _alternation(names):
+    """A wildcard constraint matching exactly `names` (and nothing when there are none)."""
+    return "|".join(_re.escape(name) for name in names) or "(?!)"
+
+
+def judge_models():
+    return config["judging"]["models"]
+
+
+def judging_datasets():
+    return list(config["judging"]["datasets"])
+
+
+def judging_conditions():
+    return config["judging"]["conditions"]
+
+
+def external_judges():
+    """Names of the registered external judgments (evaluated like further judge models)."""
+    return list(config["judging"]["external"])
+
+
+def external_conditions(name, dataset):
+    return list(config["judging"]["external"][name].get(dataset, {}))
+
+
+def _check_judging_config():
+    """Judge, external and human names share the qrels/nDCG paths: they must not collide."""
+    external = config["judging"]["external"]
+    for name, per_dataset in external.items():
+        if name == _judging.HUMAN or name in judge_models():
+            raise StressprobeError(
+                f"config key 'judging.external.{name}': the name is already a judge model or 'human'; rename it"
+            )
+        for dataset in per_dataset:
+            if dataset not in config["judging"]["datasets"]:
+                raise StressprobeError(
+                    f"config key 'judging.external.{name}.{dataset}': no such dataset in 'judging.datasets'; "
+                    "fix the name or add the dataset"
+                )
+    if _judging.HUMAN in judge_models():
+        raise StressprobeError(
+            "config key 'judging.models': 'human' is reserved for the human qrels; rename the model"
+        )
+
+
+try:
+    _check_judging_config()
+except StressprobeError as exc:
+    print(f"error: {exc}", file=sys.stderr)
+    sys.exit(1)
+
+
+JUDGE_MODEL_RE = _alternation(judge_models())
+EXTERNAL_RE = _alternation(external_judges())
+DATASET_RE = _alternation(judging_datasets())
+# Sources and roles of the configured conditions (judges and external judgments):
+# a cell outside them has no rule.
+_USED_CONDITIONS = set(judging_conditions()).union(
+    *(
+        conditions
+        for per_dataset in config["judging"]["external"].values()
+        for conditions in per_dataset.values()
+    )
+)
+SOURCE_RE = _alternation(sorted({c.split("/")[0] for c in _USED_CONDITIONS}))
+ROLE_RE = _alternation(sorted({c.split("/")[1] for c in _USED_CONDITIONS}))
+
+
+def model_threads(name):
+    """CPU threads a job of this model uses: llama.cpp's n_threads, one for the others (and for no model)."""
+    entry = config["models"].get(name, {"backend": None})
+    return entry.get("n_threads", 2) if entry["backend"] == "llamacpp" else 1
+
+
+def llm_resources(name):
+    """Memory and runtime of a model's jobs: the `llm_gpu` family for vllm models, `llm` otherwise."""
+    family = (
+        "llm_gpu"
+        if name is not None and config["models"][name]["backend"] == "vllm"
+        else "llm"
+    )
+    return config["resources"][family]
+
+
+def model_env(name):
+    """The conda environment of a model's jobs: vllm on GPU nodes, the API/llama.cpp one otherwise."""
+    if name is not None and config["models"][name]["backend"] == "vllm":
+        return "../../envs/judge-vllm.yaml"
+    return "../../envs/judge-api.yaml"
+
+
+def summarizes(dataset):
+    """Whether the dataset's passages are summarized (else judges read the passages themselves)."""
+    return config["judging"]["datasets"][dataset].get("summarize", True)
+
+
+def summarizer(dataset):
+    """The summarizer model of a dataset, or None when summarization is off for it."""
+    if not summarizes(dataset):
+        return None
+    return config["judging"]["summarizer"] or judge_models()[0]
+
+
+def summarizer_entries(wildcards):
+    """The registry entry of the dataset's summarizer only, so editing another model reruns nothing here."""
+    name = summarizer(wildcards.dataset)
+    return {} if name is None else {name: model_entry(name)}
+
+
+def summarizer_gpus(wildcards):
+    name = summarizer(wildcards.dataset)
+    return 0 if name is None else model_resources(name)
+
+
+def summary_inputs(wildcards):
+    inputs = {
+        "pairs": f"results/data/{wildcards.dataset}/pairs.jsonl",
+        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+    }
+    if summarizes(wildcards.dataset):
+        inputs["template"] = config["judging"]["summary_prompt"]
+    return inputs
+
+
+def judge_inputs(wildcards):
+    """A cell reads the dataset's summaries and topics, the prompt, and for retrieved roles the persona table."""
+    inputs = {
+        "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
+        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "template": config["judging"]["prompt"],
+    }
+    if _judging.is_retrieved(wildcards.source):
+        inputs["personas"] = (
+            f"results/judging/{wildcards.dataset}/personas/{wildcards.source}.jsonl"
+        )
+    return inputs
+
+
+def fixed_persona(wildcards):
+    """The text of a fixed assessor role (only that one, so editing the other reruns nothing), else None."""
+    if wildcards.source != "fixed":
+        return None
+    return config["personas"]["fixed"][wildcards.role]
+
+
+def external_qrels_file(wildcards):
+    return config["judging"]["external"][wildcards.model][wildcards.dataset][
+        f"{wildcards.source}/{wildcards.role}"
+    ]
+
+
+def judging_cells(dataset):
+    """(model, condition) of every qrels/nDCG table of a dataset: judges, external judgments, and human."""
+    cells = [
+        (model, condition)
+        for model in judge_models()
+        for condition in judging_conditions()
+    ]
+    cells += [
+        (name, condition)
+        for name in external_judges()
+        for condition in external_conditions(name, dataset)
+    ]
+    return cells + [(_judging.HUMAN, f"{_judging.HUMAN}/{_judging.HUMAN}")]
+
+
+def judging_outputs():
+    """Every dataset's qrels and nDCG table of every cell (judgments, personas and summaries come with them)."""
+    outputs = []
+    for dataset in judging_datasets():
+        for model, condition in judging_cells(dataset):
+            outputs.append(f"results/judging/{dataset}/qrels/{model}/{condition}.qrels")
+            outputs.append(f"results/judging/{dataset}/ndcg/{model}/{condition}.tsv")
+    return outputs
+
+
+# -- data and personas --
+from pathlib import Path as _Path
+
+PERSONA_SOURCE_RE = _alternation(config["personas"]["sources"])
+
+
+def dataset_entry(name):
+    return config["judging"]["datasets"][name]
+
+
+def dataset_inputs(wildcards):
+    """The configured files of a dataset (an ir_datasets one only has its runs) and optional run metadata."""
+    entry = dataset_entry(wildcards.dataset)
+    inputs = {"runs": entry["runs"]}
+    if entry["source"] == "local":
+        inputs.update(
+            topics=entry["topics"], qrels=entry["qrels"], passages=entry["passages"]
+        )
+    if entry["run_metadata"]:
+        inputs["run_metadata"] = entry["run_metadata"]
+    return inputs
+
+
+def dataset_params(wildcards):
+    """What decides a dataset's prepared files (not `summarize`/`domains`: editing those reruns nothing here)."""
+    entry = dataset_entry(wildcards.dataset)
+    return {k: v for k, v in entry.items() if k not in ("summarize", "domains")}
+
+
+def taxonomy_input():
+    """The taxonomy when it exists; when it does not, the scripts say which config key to fix."""
+    path = config["personas"]["taxonomy"]
+    return {"taxonomy": path} if _Path(path).is_file() else {}
+
+
+def domain_inputs(wildcards):
+    inputs = {
+        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        **taxonomy_input(),
+    }
+    if dataset_entry(wildcards.dataset)["domains"]:
+        inputs["mapping"] = dataset_entry(wildcards.dataset)["domains"]
+    return inputs
+
+
+def domain_embedding(wildcards):
+    """The embedding settings, only for datasets whose domains are assigned by similarity."""
+    return None if dataset_entry(wildcards.dataset)["domains"] else config["embedding"]
+
+
+def persona_source(name):
+    return config["personas"]["sources"][name]
+
+
+def persona_pool_inputs(wildcards):
+    path = persona_source(wildcards.source)["path"]
+    return {"records": path} if path else {}
+
+
+def persona_selection_inputs(wildcards):
+    return {
+        "pool": f"results/personas/{wildcards.source}/pool.jsonl",
+        "embeddings": f"results/personas/{wildcards.source}/embeddings.npy",
+        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "domains": f"results/data/{wildcards.dataset}/domains.tsv",
+        **taxonomy_input(),
+    }
+
+
+# ---- analysis ----
+# Analysis reads the judging stage's files (judgments or external qrels, nDCG tables, human qrels, topics,
+# run metadata) and config only through params: each table/figure rule gets just the keys it depends on.
+ANALYSIS_TABLES = {
+    "kappa": ["kappa_agreement"],
+    "win_rate": ["table3_win_rate", "table3_significance"],
+    "label_shift": ["label_shift"],
+    "ranking": ["table4_ranking_agreement"],
+    "displacement": ["table5_rank_displacement"],
+    "displacement_ci": ["table6_displacement_ci"],
+    "sensitive": ["table7_sensitive_systems"],
+    "direction": ["direction_consistency", "direction_consistency_counts"],
+    "sources": ["persona_sources"],
+}
+ANALYSIS_FIGURES = ["figure1_kappa_heatmap", "label_shift", "figure2_ndcg_scatter"]
+
+
+def analysis_order():
+    """Datasets, models and conditions in config order (tables and figures list them so)."""
+    datasets = judging_datasets()
+    external = [
+        c
+        for name in external_judges()
+        for d in datasets
+        for c in external_conditions(name, d)
+    ]
+    used = set(judging_conditions()) | set(external)
+    return {
+        "dataset": datasets,
+        "model": [*judge_models(), *external_judges()],
+        "condition": [c for c in _judging.CONDITIONS if c in used],
+    }
+
+
+def analysis_label_cells(wildcards):
+    """(model, condition) of every judged cell of a dataset (human excluded), in input order."""
+    return [
+        cell for cell in judging_cells(wildcards.dataset) if cell[0] != _judging.HUMAN
+    ]
+
+
+def analysis_label_files(wildcards):
+    """Per label cell: the judgments file of a judge model, the qrels of an external judgment."""
+    return [
+        (
+            f"results/judging/{wildcards.dataset}/judgments/{model}/{condition}.jsonl"
+            if model in judge_models()
+            else f"results/judging/{wildcards.dataset}/qrels/{model}/{condition}.qrels"
+        )
+        for model, condition in analysis_label_cells(wildcards)
+    ]
+
+
+def analysis_ndcg_cells(wildcards):
+    return judging_cells(wildcards.dataset)
+
+
+def analysis_ndcg_files(wildcards):
+    return [
+        f"results/judging/{wildcards.dataset}/ndcg/{m}/{c}.tsv"
+        for m, c in analysis_ndcg_cells(wildcards)
+    ]
+
+
+def analysis_figure_options():
+    """Only the figure keys, so that editing them reruns the figures and no table."""
+    keys = ("figure_width_in", "font_size", "panel_columns", "dpi")
+    return {key: config["analysis"][key] for key in keys}
+
+
+def analysis_table_files(family):
+    return [
+        f"results/tables/{name}.{ext}"
+        for name in ANALYSIS_TABLES[family]
+        for ext in ("csv", "md", "tex")
+    ]
+
+
+def analysis_outputs():
+    """Every table (csv, md, tex) and figure (png, pdf) of the persona study."""
+    tables = [
+        path for family in ANALYSIS_TABLES for path in analysis_table_files(family)
+    ]
+    return tables + [
+        f"results/figures/{name}.{ext}"
+        for name in ANALYSIS_FIGURES
+        for ext in ("png", "pdf")
+    ]
+
+
+# ---- cdv ----
+
+
+def cdv_datasets():
+    return list(config["cdv"]["datasets"])
+
+
+def cdv_cells():
+    """(dataset, proxy, victim) of every search cell."""
+    return [
+        (d, c["proxy"], c["victim"])
+        for d in cdv_datasets()
+        for c in config["cdv"]["cells"]
+    ]
+
+
+def cdv_cell_dir(dataset, proxy, victim):
+    return f"results/cdv/{dataset}/{proxy}/{victim}"
+
+
+def cdv_eval_models(victim):
+    """Models evaluated on a cell: `cdv.eval_models`, or the cell's victim when the list is empty."""
+    return config["cdv"]["eval_models"] or [victim]
+
+
+def cdv_search_roles(wildcards):
+    """role -> model name of a search job (the classifier only when it filters inside the search)."""
+    roles = {
+        "proxy": wildcards.proxy,
+        "victim": wildcards.victim,
+        "semantic": config["cdv"]["semantic_model"] or wildcards.victim,
+    }
+    classifier = config["cdv"]["classifier"]
+    if classifier["kind"] == "prompt" and classifier["filter_search"]:
+        roles["classifier"] = classifier["model"] or wildcards.victim
+    return roles
+
+
+def cdv_models_of(names):
+    """The registry entries of `names` (as params: editing another model reruns nothing here)."""
+    return {name: model_entry(name) for name in sorted(set(names))}
+
+
+def cdv_baseline_model(wildcards):
+    return config["cdv"]["baseline_model"] or wildcards.proxy
+
+
+def cdv_eval_inputs(wildcards):
+    cell = cdv_cell_dir(wildcards.dataset, wildcards.proxy, wildcards.victim)
+    inputs = {
+        "questions": f"results/cdv/data/{wildcards.dataset}.jsonl",
+        "perturbed": f"{cell}/perturbed.jsonl",
+    }
+    if config["cdv"]["baselines"]["enabled"]:
+        inputs["baselines"] = f"{cell}/baselines.jsonl"
+    return inputs
+
+
+def cdv_cell_files(name):
+    """`name` (e.g. search.jsonl) in every cell directory."""
+    return [f"{cdv_cell_dir(*cell)}/{name}" for cell in cdv_cells()]
+
+
+def cdv_eval_files(kind="eval"):
+    """Every `{kind}/{model}.jsonl` of every cell (kind: eval or mitigation)."""
+    return [
+        f"{cdv_cell_dir(d, p, v)}/{kind}/{model}.jsonl"
+        for d, p, v in cdv_cells()
+        for model in cdv_eval_models(v)
+    ]
+
+
+def cdv_classifier_roles():
+    """Models of the post-hoc classifier job: the prompt classifier's model per victim."""
+    classifier = config["cdv"]["classifier"]
+    if classifier["kind"] != "prompt":
+        return []
+    return sorted({classifier["model"] or v for _, _, v in cdv_cells()})
+
+
+CDV_TABLES = ["cdv_search", "cdv_accuracy"]
+CDV_FIGURES = ["cdv_matrix", "cdv_distribution"]
+
+
+def cdv_table_names():
+    names = list(CDV_TABLES)
+    if config["cdv"]["baselines"]["enabled"]:
+        names.append("cdv_baselines")
+    if config["cdv"]["mitigation"]["enabled"]:
+        names.append("cdv_mitigation")
+    if config["cdv"]["classifier"]["kind"] != "none":
+        names.append("cdv_classifier")
+    return names
+
+
+def cdv_outputs():
+    """The CDV study's tables and figures (and the DPO pairs when exported); nothing without cells."""
+    if not cdv_cells():
+        return []
+    outputs = [
+        f"results/tables/{n}.{ext}"
+        for n in cdv_table_names()
+        for ext in ("csv", "md", "tex")
+    ]
+    outputs += [
+        f"results/figures/{n}.{ext}" for n in CDV_FIGURES for ext in ("png", "pdf")
+    ]
+    if config["cdv"]["dpo"]["export"]:
+        outputs += ["results/cdv/dpo/train.jsonl", "results/cdv/dpo/test.jsonl"]
+    if config["cdv"]["dpo"]["train"]:
+        outputs += ["results/cdv/dpo/model/done.json"]
+    return outputs
+
+
+# ---- cost ----
+from types import SimpleNamespace
+
+
+def cost_judging_datasets():
+    return judging_datasets() if config["judging"].get("enabled", True) else []
+
+
+def cost_persona_sources():
+    """Persona sources whose retrieved roles are judged (their selection tables enter the estimate)."""
+    sources = {condition.split("/")[0] for condition in judging_conditions()}
+    return sorted(source for source in sources if _judging.is_retrieved(source))
+
+
+def cost_inputs(wildcards):
+    """What the estimate reads: each dataset's pairs, topics and persona tables, and the prompt templates.
+
+    Not the summaries: building them costs money, so the estimate reads them only if a run wrote them.
+    """
+    inputs = {
+        "judge_template": config["judging"]["prompt"],
+        "summary_template": config["judging"]["summary_prompt"],
+    }
+    for dataset in cost_judging_datasets():
+        inputs[f"{dataset}_pairs"] = f"results/data/{dataset}/pairs.jsonl"
+        inputs[f"{dataset}_topics"] = f"results/data/{dataset}/topics.tsv"
+        for source in cost_persona_sources():
+            table = f"results/judging/{dataset}/personas/{source}.jsonl"
+            inputs[f"{dataset}_{source}"] = table
+    for dataset in cost_cdv_datasets():
+        inputs[f"cdv_{dataset}"] = f"results/cdv/data/{dataset}.jsonl"
+    return inputs
+
+
+def cost_cdv_datasets():
+    enabled = config["cdv"].get("enabled", True) and config["cdv"]["cells"]
+    return cdv_datasets() if enabled else []
+
+
+def cost_cdv_cells():
+    """Each CDV search cell with its role models and evaluated models."""
+    cells = []
+    for dataset, proxy, victim in cdv_cells():
+        if dataset in cost_cdv_datasets():
+            cell = SimpleNamespace(dataset=dataset, proxy=proxy, victim=victim)
+            roles, models = cdv_search_roles(cell), cdv_eval_models(victim)
+            cells.append({"dataset": dataset, "roles": roles, "eval_models": models})
+    return cells

@@ -1,0 +1,32 @@
+# The bill before spending it: `snakemake -f cost_estimate` counts the calls and tokens every cell of the
+# config still needs (calls already in the response cache are free) and prices them per model.
+# It prepares the data and persona tables it needs (local, no model calls) but never runs a model.
+
+
+rule cost_estimate:
+    input:
+        unpack(cost_inputs),
+    output:
+        csv="results/cost/estimate.csv",
+        md="results/cost/estimate.md",
+    log:
+        "results/logs/cost/estimate.log",
+    localrule: True
+    conda:
+        "../../envs/judge-api.yaml"
+    resources:
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
+    params:
+        models=config["models"],
+        judging=config["judging"],
+        fixed_personas=config["personas"]["fixed"],
+        persona_sources=cost_persona_sources(),
+        summarizers={d: summarizer(d) for d in cost_judging_datasets()},
+        summaries={
+            d: f"results/judging/{d}/summaries.jsonl" for d in cost_judging_datasets()
+        },
+        cdv=config["cdv"],
+        cdv_cells=cost_cdv_cells(),
+    script:
+        "../../scripts/estimate_cost.py"

@@ -1,0 +1,146 @@
+# Judging study: summaries per dataset, one judge job per (dataset, model, source, role) cell, TREC qrels
+# per cell (plus the human and external qrels), and nDCG@10 of every run under every qrels.
+# Input functions live in common.smk under "-- judging --".
+
+
+rule summarize:
+    input:
+        unpack(summary_inputs),
+    output:
+        summaries="results/judging/{dataset}/summaries.jsonl",
+        usage="results/judging/{dataset}/summaries.usage.json",
+    log:
+        "results/logs/judging/{dataset}/summarize.log",
+    benchmark:
+        "results/benchmarks/judging/{dataset}/summarize.tsv"
+    wildcard_constraints:
+        dataset=DATASET_RE,
+    conda:
+        lambda w: model_env(summarizer(w.dataset))
+    threads: lambda w: model_threads(summarizer(w.dataset))
+    resources:
+        gpu=summarizer_gpus,
+        mem_mb=lambda w: llm_resources(summarizer(w.dataset))["mem_mb"],
+        runtime=lambda w: llm_resources(summarizer(w.dataset))["runtime"],
+    params:
+        models=summarizer_entries,
+        summarizer=lambda w: summarizer(w.dataset),
+        max_tokens=config["judging"]["summary_max_tokens"],
+    script:
+        "../../scripts/summarize.py"
+
+
+rule judge:
+    input:
+        unpack(judge_inputs),
+    output:
+        judgments="results/judging/{dataset}/judgments/{model}/{source}/{role}.jsonl",
+        usage="results/judging/{dataset}/judgments/{model}/{source}/{role}.usage.json",
+        summary="results/judging/{dataset}/judgments/{model}/{source}/{role}.summary.json",
+    log:
+        "results/logs/judging/{dataset}/judge/{model}/{source}/{role}.log",
+    benchmark:
+        "results/benchmarks/judging/{dataset}/judge/{model}/{source}/{role}.tsv"
+    wildcard_constraints:
+        dataset=DATASET_RE,
+        model=JUDGE_MODEL_RE,
+        source=SOURCE_RE,
+        role=ROLE_RE,
+    conda:
+        lambda w: model_env(w.model)
+    threads: lambda w: model_threads(w.model)
+    resources:
+        gpu=lambda w: model_resources(w.model),
+        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
+        runtime=lambda w: llm_resources(w.model)["runtime"],
+    params:
+        models=lambda w: {w.model: model_entry(w.model)},
+        persona=fixed_persona,
+        max_tokens=config["judging"]["judge_max_tokens"],
+        logprobs=config["judging"]["logprobs"],
+    script:
+        "../../scripts/judge.py"
+
+
+rule judge_qrels:
+    input:
+        "results/judging/{dataset}/judgments/{model}/{source}/{role}.jsonl",
+    output:
+        "results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
+    log:
+        "results/logs/judging/{dataset}/qrels/{model}/{source}/{role}.log",
+    wildcard_constraints:
+        dataset=DATASET_RE,
+        model=JUDGE_MODEL_RE,
+        source=SOURCE_RE,
+        role=ROLE_RE,
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
+    script:
+        "../../scripts/write_qrels.py"
+
+
+rule human_qrels:
+    input:
+        "results/data/{dataset}/qrels.txt",
+    output:
+        "results/judging/{dataset}/qrels/human/human/human.qrels",
+    log:
+        "results/logs/judging/{dataset}/qrels/human.log",
+    wildcard_constraints:
+        dataset=DATASET_RE,
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
+    shell:
+        "cp {input} {output} 2> {log}"
+
+
+rule external_qrels:
+    input:
+        qrels=external_qrels_file,
+        topics="results/data/{dataset}/topics.tsv",
+    output:
+        "results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
+    log:
+        "results/logs/judging/{dataset}/qrels/{model}/{source}/{role}.log",
+    wildcard_constraints:
+        dataset=DATASET_RE,
+        model=EXTERNAL_RE,
+        source=SOURCE_RE,
+        role=ROLE_RE,
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
+    script:
+        "../../scripts/external_qrels.py"
+
+
+rule ndcg:
+    input:
+        qrels="results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
+        runs="results/data/{dataset}/runs.txt",
+        topics="results/data/{dataset}/topics.tsv",
+    output:
+        "results/judging/{dataset}/ndcg/{model}/{source}/{role}.tsv",
+    log:
+        "results/logs/judging/{dataset}/ndcg/{model}/{source}/{role}.log",
+    wildcard_constraints:
+        dataset=DATASET_RE,
+        model=f"{JUDGE_MODEL_RE}|{EXTERNAL_RE}|human",
+        source=f"{SOURCE_RE}|human",
+        role=f"{ROLE_RE}|human",
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
+    script:
+        "../../scripts/ndcg.py"
