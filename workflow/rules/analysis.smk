@@ -31,8 +31,8 @@ rule analysis_judgments:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=4000,
-        runtime=10,
+        mem_mb=config["resources"]["data"]["mem_mb"],
+        runtime=config["resources"]["data"]["runtime"],
     params:
         cells=analysis_label_cells,
     script:
@@ -53,8 +53,8 @@ rule analysis_systems:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         cells=analysis_ndcg_cells,
     script:
@@ -79,8 +79,8 @@ rule analysis_kappa_table:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
     script:
@@ -104,8 +104,8 @@ rule analysis_kappa_figure:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         figure=analysis_figure_options(),
@@ -139,8 +139,8 @@ rule analysis_win_rate:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         alpha=config["analysis"]["alpha"],
@@ -166,8 +166,8 @@ rule analysis_label_shift_table:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
     script:
@@ -191,8 +191,8 @@ rule analysis_label_shift_figure:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         figure=analysis_figure_options(),
@@ -217,8 +217,8 @@ rule analysis_ndcg_scatter:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         figure=analysis_figure_options(),
@@ -244,8 +244,8 @@ rule analysis_ranking_agreement:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         rbo_phi=config["analysis"]["rbo_phi"],
@@ -271,8 +271,8 @@ rule analysis_rank_displacement:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
     script:
@@ -297,8 +297,8 @@ rule analysis_displacement_ci:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         bootstrap=config["analysis"]["bootstrap"],
@@ -327,8 +327,8 @@ rule analysis_sensitive_systems:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         top_k=config["analysis"]["top_k_sensitive"],
@@ -362,8 +362,8 @@ rule analysis_direction_consistency:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
     script:
@@ -389,8 +389,8 @@ rule analysis_persona_sources:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=1000,
-        runtime=10,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         order=analysis_order(),
         rbo_phi=config["analysis"]["rbo_phi"],

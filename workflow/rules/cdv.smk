@@ -15,9 +15,12 @@ rule cdv_prepare:
         "results/cdv/data/{dataset}.jsonl",
     log:
         "results/logs/cdv/prepare/{dataset}.log",
+    localrule: True
+    conda:
+        "../../envs/data.yaml"
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=config["resources"]["data"]["mem_mb"],
+        runtime=config["resources"]["data"]["runtime"],
     params:
         source=lambda w: config["cdv"]["datasets"][w.dataset],
         seed=config["seed"],
@@ -37,10 +40,13 @@ rule cdv_search:
         "results/logs/cdv/search/{dataset}/{proxy}/{victim}.log",
     benchmark:
         "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}.tsv"
+    conda:
+        lambda w: cdv_env(cdv_search_roles(w).values())
+    threads: lambda w: cdv_threads(cdv_search_roles(w).values())
     resources:
         gpu=lambda w: max(model_resources(m) for m in cdv_search_roles(w).values()),
-        mem_mb=8000,
-        runtime=720,
+        mem_mb=lambda w: cdv_llm_resources(cdv_search_roles(w).values())["mem_mb"],
+        runtime=lambda w: cdv_llm_resources(cdv_search_roles(w).values())["runtime"],
     params:
         roles=cdv_search_roles,
         models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
@@ -61,10 +67,13 @@ rule cdv_baselines:
         "results/logs/cdv/baselines/{dataset}/{proxy}/{victim}.log",
     benchmark:
         "results/benchmarks/cdv/baselines/{dataset}/{proxy}/{victim}.tsv"
+    conda:
+        lambda w: cdv_env([cdv_baseline_model(w)])
+    threads: lambda w: cdv_threads([cdv_baseline_model(w)])
     resources:
         gpu=lambda w: model_resources(cdv_baseline_model(w)),
-        mem_mb=8000,
-        runtime=240,
+        mem_mb=lambda w: cdv_llm_resources([cdv_baseline_model(w)])["mem_mb"],
+        runtime=lambda w: cdv_llm_resources([cdv_baseline_model(w)])["runtime"],
     params:
         model=cdv_baseline_model,
         models=lambda w: cdv_models_of([cdv_baseline_model(w)]),
@@ -85,10 +94,13 @@ rule cdv_eval:
         "results/logs/cdv/eval/{dataset}/{proxy}/{victim}/{model}.log",
     benchmark:
         "results/benchmarks/cdv/eval/{dataset}/{proxy}/{victim}/{model}.tsv"
+    conda:
+        lambda w: cdv_env([w.model])
+    threads: lambda w: cdv_threads([w.model])
     resources:
         gpu=lambda w: model_resources(w.model),
-        mem_mb=8000,
-        runtime=240,
+        mem_mb=lambda w: cdv_llm_resources([w.model])["mem_mb"],
+        runtime=lambda w: cdv_llm_resources([w.model])["runtime"],
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
@@ -109,10 +121,13 @@ rule cdv_mitigation:
         "results/logs/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.log",
     benchmark:
         "results/benchmarks/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.tsv"
+    conda:
+        lambda w: cdv_env([w.model])
+    threads: lambda w: cdv_threads([w.model])
     resources:
         gpu=lambda w: model_resources(w.model),
-        mem_mb=8000,
-        runtime=240,
+        mem_mb=lambda w: cdv_llm_resources([w.model])["mem_mb"],
+        runtime=lambda w: cdv_llm_resources([w.model])["runtime"],
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
@@ -133,9 +148,11 @@ rule cdv_classifier:
         "results/logs/cdv/classifier.log",
     benchmark:
         "results/benchmarks/cdv/classifier.tsv"
+    conda:
+        "../../envs/cdv.yaml"
     resources:
-        mem_mb=4000,
-        runtime=120,
+        mem_mb=config["resources"]["embedding"]["mem_mb"],
+        runtime=config["resources"]["embedding"]["runtime"],
     params:
         classifier=config["cdv"]["classifier"],
         models=cdv_models_of(cdv_classifier_roles()),
@@ -156,9 +173,12 @@ rule cdv_dpo_export:
         test="results/cdv/dpo/test.jsonl",
     log:
         "results/logs/cdv/dpo_export.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     params:
         test_fraction=config["cdv"]["dpo"]["test_fraction"],
         seed=config["seed"],
@@ -215,9 +235,12 @@ rule cdv_table:
         tex="results/tables/{cdv_table}.tex",
     log:
         "results/logs/cdv/tables/{cdv_table}.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     script:
         "../../scripts/cdv_table.py"
 
@@ -236,8 +259,11 @@ rule cdv_figure:
         pdf="results/figures/{cdv_figure}.pdf",
     log:
         "results/logs/cdv/figures/{cdv_figure}.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=config["resources"]["small"]["mem_mb"],
+        runtime=config["resources"]["small"]["runtime"],
     script:
         "../../scripts/cdv_figure.py"

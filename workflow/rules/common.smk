@@ -39,7 +39,7 @@ def model_resources(name):
 
 
 def final_outputs():
-    """Everything `rule all` builds: each enabled stage's tables, figures and report inputs."""
+    """Everything the default target builds: each enabled stage's tables, figures and report inputs."""
     outputs = []
     if config["judging"].get("enabled", True):
         outputs += judging_outputs()
@@ -61,10 +61,6 @@ def provenance_areas():
 
 def provenance_outputs():
     return expand("results/{area}/provenance.json", area=provenance_areas())
-
-
-wildcard_constraints:
-    area="data|personas|judging|analysis|cdv|tables|figures",
 
 
 # ---- data / personas / judging ----
@@ -412,6 +408,23 @@ def analysis_outputs():
 
 
 # ---- cdv ----
+
+
+def cdv_env(names):
+    """The conda environment of a CDV job: the vLLM one when any of its models runs on vllm."""
+    if any(config["models"][name]["backend"] == "vllm" for name in names):
+        return "../../envs/judge-vllm.yaml"
+    return "../../envs/cdv.yaml"
+
+
+def cdv_llm_resources(names):
+    """Memory and runtime of a CDV job from its models' family (`llm_gpu` when any is on vllm)."""
+    gpu = any(config["models"][name]["backend"] == "vllm" for name in names)
+    return config["resources"]["llm_gpu" if gpu else "llm"]
+
+
+def cdv_threads(names):
+    return max(model_threads(name) for name in names)
 
 
 def cdv_datasets():

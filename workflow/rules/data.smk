@@ -19,8 +19,8 @@ rule prepare_dataset:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=config["resources"]["data"]["mem_mb"],
+        runtime=config["resources"]["data"]["runtime"],
     params:
         dataset=dataset_params,
         seed=config["seed"],
@@ -43,8 +43,8 @@ rule query_domains:
         "../../envs/data.yaml"
     threads: 2
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=config["resources"]["embedding"]["mem_mb"],
+        runtime=config["resources"]["embedding"]["runtime"],
     params:
         taxonomy=config["personas"]["taxonomy"],
         embedding=domain_embedding,

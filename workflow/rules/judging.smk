@@ -74,6 +74,8 @@ rule judge_qrels:
         model=JUDGE_MODEL_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -92,6 +94,8 @@ rule human_qrels:
         "results/logs/judging/{dataset}/qrels/human.log",
     wildcard_constraints:
         dataset=DATASET_RE,
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -114,6 +118,8 @@ rule external_qrels:
         model=EXTERNAL_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -137,6 +143,8 @@ rule ndcg:
         model=f"{JUDGE_MODEL_RE}|{EXTERNAL_RE}|human",
         source=f"{SOURCE_RE}|human",
         role=f"{ROLE_RE}|human",
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:

@@ -18,8 +18,8 @@ rule persona_pool:
         "../../envs/data.yaml"
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=120,
+        mem_mb=config["resources"]["embedding"]["mem_mb"],
+        runtime=config["resources"]["embedding"]["runtime"],
     params:
         source=lambda w: persona_source(w.source),
         embedding=config["embedding"],
@@ -43,8 +43,8 @@ rule select_personas:
         "../../envs/data.yaml"
     threads: 2
     resources:
-        mem_mb=2000,
-        runtime=10,
+        mem_mb=config["resources"]["embedding"]["mem_mb"],
+        runtime=config["resources"]["embedding"]["runtime"],
     params:
         candidates=config["personas"]["candidates"],
         embedding=config["embedding"],

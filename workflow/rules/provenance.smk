@@ -1,6 +1,10 @@
 # Provenance: one record per results area of what produced it.
 
 
+wildcard_constraints:
+    area="data|personas|judging|analysis|cdv|tables|figures",
+
+
 rule provenance:
     output:
         "results/{area}/provenance.json",
