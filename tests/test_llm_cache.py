@@ -1,0 +1,213 @@
+"""The response cache: keys, hits and misses, claims, concurrent writers and a writer killed mid-write."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import signal
+import sqlite3
+import time
+
+import pytest
+
+from stressprobe.llm import Request, Response, label_distribution
+from stressprobe.llm.backends.base import Backend
+from stressprobe.llm.cache import Claim, ResponseCache, cache_key
+from stressprobe.llm.client import Client
+
+IDENTITY = {"backend": "fake", "model": "m"}
+FORK = multiprocessing.get_context("fork")
+
+
+class CountingBackend(Backend):
+    """Test double: answers with the prompt reversed and counts the calls it receives."""
+
+    kind = "fake"
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__("fake", IDENTITY)
+        self.calls: list[Request] = []
+        self.fail = fail
+
+    def complete(self, requests: list[Request]) -> list[Response]:
+        self.calls.extend(requests)
+        if self.fail:
+            return [Response.failure("boom") for _ in requests]
+        return [
+            Response(texts=[r.messages[-1][1][::-1]] * r.n, prompt_tokens=3, completion_tokens=2)
+            for r in requests
+        ]
+
+
+def make_client(tmp_path, backend=None) -> Client:
+    return Client("fake", backend or CountingBackend(), ResponseCache(tmp_path / "c.sqlite"), price=None)
+
+
+def test_key_depends_on_every_decoding_field_but_not_on_int_vs_float():
+    base = Request.chat(user="q")
+    keys = {
+        cache_key(IDENTITY, r)
+        for r in [
+            base,
+            Request.chat(user="q", seed=1),
+            Request.chat(user="q", n=2),
+            Request.chat(user="q", temperature=0.5),
+            Request.chat(user="q", top_p=0.9),
+            Request.chat(user="q", max_tokens=65),
+            Request.chat(user="q", logprobs=5),
+            Request.chat(user="q", stop=("x",)),
+            Request.chat(system="s", user="q"),
+        ]
+    }
+    assert len(keys) == 9
+    assert cache_key(IDENTITY, Request.chat(user="q", temperature=0)) == cache_key(IDENTITY, base)
+    assert cache_key({"backend": "fake", "model": "other"}, base) != cache_key(IDENTITY, base)
+
+
+def test_miss_then_hit_and_usage(tmp_path):
+    backend = CountingBackend()
+    requests = [Request.chat(user=f"q{i}") for i in range(5)]
+    with make_client(tmp_path, backend) as client:
+        first = client.generate(requests)
+        second = client.generate(requests)
+        client.write_usage(tmp_path / "u.json")
+    assert len(backend.calls) == 5
+    assert [r.text for r in first] == [r.text for r in second] == [f"q{i}"[::-1] for i in range(5)]
+    assert not any(r.cached for r in first) and all(r.cached for r in second)
+    usage = json.loads((tmp_path / "u.json").read_text())
+    assert (usage["calls_made"], usage["cache_hits"], usage["errors"]) == (5, 5, 0)
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cost_usd"]) == (15, 10, 0)
+
+
+def test_cache_survives_reopen_and_serves_another_client(tmp_path):
+    with make_client(tmp_path) as client:
+        client.generate([Request.chat(user="abc")])
+    backend = CountingBackend()
+    with make_client(tmp_path, backend) as client:
+        (response,) = client.generate([Request.chat(user="abc")])
+    assert backend.calls == [] and response.cached and response.text == "cba"
+
+
+def test_distinct_seeds_and_n_are_separate_entries_and_duplicates_run_once(tmp_path):
+    backend = CountingBackend()
+    requests = [Request.chat(user="q", seed=s, temperature=0.7) for s in range(3)] + [
+        Request.chat(user="q", n=2),
+        Request.chat(user="q", n=2),
+    ]
+    with make_client(tmp_path, backend) as client:
+        responses = client.generate(requests)
+        assert client.cache.count() == 4
+    assert len(backend.calls) == 4
+    assert [len(r.texts) for r in responses] == [1, 1, 1, 2, 2]
+    assert responses[4].cached and not responses[3].cached
+
+
+def test_errors_are_never_cached(tmp_path):
+    backend = CountingBackend(fail=True)
+    with make_client(tmp_path, backend) as client:
+        (first,) = client.generate([Request.chat(user="q")])
+        (second,) = client.generate([Request.chat(user="q")])
+        assert client.cache.count() == 0
+        assert client.usage.errors == 2
+    assert first.error == "boom" and second.error == "boom" and first.texts == []
+    assert len(backend.calls) == 2
+
+
+def _dead_pid() -> int:
+    child = FORK.Process(target=lambda: None)
+    child.start()
+    child.join()  # reaped: the pid no longer names a live process
+    return child.pid
+
+
+def test_claims_busy_for_live_owner_and_taken_over_when_owner_dead_or_expired(tmp_path):
+    path = tmp_path / "c.sqlite"
+    mine, other = ResponseCache(path), ResponseCache(path)
+    assert mine.claim("k") is Claim.MINE
+    assert other.claim("k") is Claim.BUSY  # same host, live pid (this process)
+    mine.put("k", "m", {}, {"texts": ["x"]})
+    assert other.claim("k") is Claim.DONE
+    db = sqlite3.connect(path)
+    db.execute("INSERT INTO claims VALUES ('dead', 'o', ?, ?, ?)", (mine.host, _dead_pid(), time.time()))
+    db.execute("INSERT INTO claims VALUES ('old', 'o', 'elsewhere', 1, ?)", (time.time() - 10_000,))
+    db.execute("INSERT INTO claims VALUES ('far', 'o', 'elsewhere', 1, ?)", (time.time(),))
+    db.commit()
+    assert other.claim("dead") is Claim.MINE
+    assert other.claim("old") is Claim.MINE
+    assert other.claim("far") is Claim.BUSY
+    mine.close()
+    other.close()
+
+
+def _write_many(path: str, start: int, count: int) -> None:
+    cache = ResponseCache(path)
+    for i in range(start, start + count):
+        key = f"k{i}"
+        if cache.claim(key) is Claim.MINE:
+            cache.put(key, "m", {"i": i}, {"texts": [f"t{i}"]})
+    cache.close()
+
+
+def test_two_processes_writing_concurrently(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    ResponseCache(path).close()
+    writers = [FORK.Process(target=_write_many, args=(path, start, 300)) for start in (0, 200)]  # 100 overlap
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert [w.exitcode for w in writers] == [0, 0]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    rows = dict(db.execute("SELECT key, response FROM responses"))
+    assert len(rows) == 500
+    assert all(json.loads(rows[f"k{i}"])["texts"] == [f"t{i}"] for i in range(500))
+    assert db.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
+
+
+def _write_forever(path: str) -> None:
+    _write_many(path, 0, 10**9)
+
+
+def test_writer_killed_mid_write_leaves_a_readable_cache(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    for _ in range(3):
+        writer = FORK.Process(target=_write_forever, args=(path,))
+        writer.start()
+        time.sleep(0.4)
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    rows = db.execute("SELECT key, response FROM responses").fetchall()
+    assert len(rows) > 10
+    assert all(json.loads(text)["texts"] == [f"t{key[1:]}"] for key, text in rows)
+    # The dead writers' claims do not block a new writer.
+    _write_many(path, 0, len(rows) + 5)
+    assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == len(rows) + 5
+
+
+def test_unwritable_cache_is_a_one_line_error(tmp_path):
+    from stressprobe.errors import StressprobeError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StressprobeError, match="cache.path") as info:
+        ResponseCache(blocker / "c.sqlite")
+    assert "\n" not in str(info.value)
+
+
+def test_request_validation_and_label_distribution():
+    with pytest.raises(ValueError):
+        Request.chat(user="q", n=0)
+    with pytest.raises(ValueError):
+        Request.chat(user="q", logprobs=21)
+    assert Request.chat(user="q", stop=["a"]).stop == ("a",)
+    assert label_distribution(None) is None
+    assert label_distribution([{"Hello": -0.1}]) is None
+    dist = label_distribution([{"The": -0.1}, {" 2": -0.5, "3": -1.5, "x": -0.2}, {"0": 0.0}])
+    assert sum(dist.values()) == pytest.approx(1.0)
+    assert dist["2"] / dist["3"] == pytest.approx(math.exp(-0.5) / math.exp(-1.5))
+    assert dist["0"] == dist["1"] == 0.0

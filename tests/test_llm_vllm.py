@@ -1,0 +1,102 @@
+"""The vllm backend's translation of Requests (vllm itself needs a GPU: a stand-in module records the calls)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+from stressprobe.errors import StressprobeError
+from stressprobe.llm import Request, open_client
+
+ENTRY = {"backend": "vllm", "model": "org/model-8b", "tensor_parallel_size": 2, "max_model_len": 4096}
+
+
+def fake_vllm(calls: dict) -> types.ModuleType:
+    """A stand-in for the vllm module: records LLM(...) and chat(...) and answers by rule."""
+    module = types.ModuleType("vllm")
+
+    class SamplingParams:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    class LLM:
+        def __init__(self, **kwargs):
+            calls["init"] = kwargs
+
+        def chat(self, conversations, sampling_params, use_tqdm):
+            calls.setdefault("chat", []).append((conversations, sampling_params))
+            outputs = []
+            for conversation, params in zip(conversations, sampling_params, strict=True):
+                samples = [
+                    SimpleNamespace(
+                        text=f"{conversation[-1]['content']}#{i}",
+                        token_ids=[1, 2],
+                        logprobs=[
+                            {
+                                5: SimpleNamespace(logprob=-0.2, decoded_token=" 2"),
+                                6: SimpleNamespace(logprob=-1.9, decoded_token="3"),
+                            }
+                        ]
+                        if params.kwargs["logprobs"]
+                        else None,
+                    )
+                    for i in range(params.kwargs["n"])
+                ]
+                outputs.append(SimpleNamespace(outputs=samples, prompt_token_ids=[0] * 7))
+            return outputs
+
+    module.LLM, module.SamplingParams = LLM, SamplingParams
+    return module
+
+
+def test_requests_become_one_chat_call_with_sampling_params(tmp_path, monkeypatch):
+    calls: dict = {}
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(calls))
+    requests = [
+        Request.chat(system="s", user="greedy", n=3, logprobs=2, stop=("\n",), max_tokens=5),
+        Request.chat(user="sampled", n=2, temperature=0.7, top_p=0.9, seed=4),
+    ]
+    with open_client({"big": ENTRY}, "big", tmp_path / "c.sqlite") as client:
+        greedy, sampled = client.generate(requests)
+        assert client.generate(requests)[0].cached
+    assert calls["init"] == {
+        "model": "org/model-8b",
+        "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.9,
+        "max_model_len": 4096,
+        "dtype": "auto",
+        "enable_prefix_caching": True,
+    }
+    assert len(calls["chat"]) == 1  # all prompts in one batch, the rerun came from the cache
+    conversations, params = calls["chat"][0]
+    assert conversations[0] == [{"role": "system", "content": "s"}, {"role": "user", "content": "greedy"}]
+    assert params[0].kwargs == {
+        "n": 1,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "max_tokens": 5,
+        "seed": 0,
+        "logprobs": 2,
+        "stop": ["\n"],
+    }
+    assert params[1].kwargs == {
+        "n": 2,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_tokens": 64,
+        "seed": 4,
+        "logprobs": None,
+        "stop": None,
+    }
+    assert greedy.texts == ["greedy#0"] * 3 and greedy.top_logprobs == [{" 2": -0.2, "3": -1.9}]
+    assert sampled.texts == ["sampled#0", "sampled#1"] and sampled.top_logprobs is None
+    assert (sampled.prompt_tokens, sampled.completion_tokens) == (7, 4)
+
+
+def test_missing_vllm_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    with pytest.raises(StressprobeError, match=r"models\.big\.backend: vllm is not installed"):
+        open_client({"big": ENTRY}, "big", tmp_path / "c.sqlite")
