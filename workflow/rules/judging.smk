@@ -74,8 +74,6 @@ rule judge_qrels:
         model=JUDGE_MODEL_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
-    group:
-        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -94,8 +92,6 @@ rule human_qrels:
         "results/logs/judging/{dataset}/qrels/human.log",
     wildcard_constraints:
         dataset=DATASET_RE,
-    group:
-        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -118,8 +114,6 @@ rule external_qrels:
         model=EXTERNAL_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
-    group:
-        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -143,8 +137,6 @@ rule ndcg:
         model=f"{JUDGE_MODEL_RE}|{EXTERNAL_RE}|human",
         source=f"{SOURCE_RE}|human",
         role=f"{ROLE_RE}|human",
-    group:
-        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
