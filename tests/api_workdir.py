@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import helpers
 import yaml
-from helpers import ROOT, SNAKEMAKE, run_snakemake
+from helpers import ROOT, run_snakemake, snakemake_command
 
 API_CONFIG = ROOT / "tests" / "configs" / "api.yaml"
 KEY_ENV = "STRESSPROBE_TEST_API_KEY"
@@ -137,21 +138,13 @@ def start_workflow(
     workdir: Path, config: Path, *targets: str, api_key: str | None = "sk-test-unused"
 ) -> subprocess.Popen:
     """Like run_workflow, but returns at once; snakemake and its jobs run in their own process group."""
-    cmd = [
-        *SNAKEMAKE,
-        "--snakefile",
-        str(ROOT / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(config),
-        "--cores",
-        "2",
-        *targets,
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **workflow_env(api_key)}
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        snakemake_command(workdir, config, *targets),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=helpers.workflow_env(workflow_env(api_key)),
+        start_new_session=True,
     )
 
 

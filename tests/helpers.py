@@ -42,7 +42,23 @@ def run_snakemake(
     timeout: float = 900,
 ) -> subprocess.CompletedProcess:
     """Run the project's workflow in `workdir` with `configfile`; returns the finished process."""
-    cmd = [
+    proc = subprocess.run(
+        snakemake_command(workdir, configfile, *args),
+        capture_output=True,
+        text=True,
+        env=workflow_env(env),
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
+    return proc
+
+
+def snakemake_command(workdir: Path, configfile: Path, *args: str) -> list[str]:
+    """The command line that runs the project's workflow in `workdir` with `configfile` on 2 cores."""
+    return [
         *SNAKEMAKE,
         "--snakefile",
         str(ROOT / "Snakefile"),
@@ -54,13 +70,11 @@ def run_snakemake(
         "2",
         *args,
     ]
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
-        )
-    return proc
+
+
+def workflow_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a workflow run: this one, offline for Hugging Face, plus `extra`."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", **(extra or {})}
 
 
 def copy_config(src: Path, dst: Path) -> Path:
