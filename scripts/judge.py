@@ -27,7 +27,14 @@ def main(smk):
     personas = cell_personas(topics, source, role, fixed, table, smk.input.get("personas", ""))
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
         records = judge_cell(
-            client, summaries, topics, personas, template, smk.params.max_tokens, smk.params.logprobs
+            client,
+            summaries,
+            topics,
+            personas,
+            template,
+            smk.params.max_tokens,
+            smk.params.logprobs,
+            smk.params.prefill,
         )
         client.write_usage(smk.output.usage)
     counts = cell_summary(records)

@@ -335,7 +335,8 @@ class OpenAIServer:
     def __exit__(self, *exc_info: object) -> None:
         assert self._server is not None and self._worker is not None
         self._state.stopping.set()
-        if isinstance(self._worker, multiprocessing.Process):
+        # (A fork-context process is not a `multiprocessing.Process` instance: test the mode instead.)
+        if self._process_mode:
             self._worker.terminate()
             self._worker.join(5)
         else:

@@ -39,6 +39,7 @@ JUDGING = {
     "summary_max_tokens": 20,
     "judge_max_tokens": 8,
     "logprobs": 0,
+    "answer_prefix": "##final score:",
 }
 FIXED = {"evidence": "An assessor who checks evidence.", "gap": "A search quality rater."}
 
@@ -143,8 +144,9 @@ def test_calls_made_by_the_real_jobs_are_free_afterwards(tmp_path, monkeypatch):
 
 
 def test_stand_in_summaries_bound_the_judge_prompts():
-    """Before summaries exist, judge prompts are priced with summaries of the maximum length, one per pair."""
-    models = {"local": SMOLLM}
+    """Before summaries exist, judge prompts are priced with summaries of the maximum length, one per pair
+    (and with the answer prefill the model's judge requests carry)."""
+    models = {"local": {**SMOLLM, "answer_prefill": True}}
     judging = {**JUDGING, "models": ["local"]}
     t = templates()
     view = CacheView("/nonexistent/cache.sqlite")
@@ -153,7 +155,10 @@ def test_stand_in_summaries_bound_the_judge_prompts():
     for row in rows[1:]:
         persona = FIXED["evidence"] if row.cell == "fixed/evidence" else None
         bound = sum(
-            prompt_tokens(judge_request(TOPICS[p["qid"]], longest, persona, t["judge"], 8, 0)) for p in PAIRS
+            prompt_tokens(
+                judge_request(TOPICS[p["qid"]], longest, persona, t["judge"], 8, 0, "##final score:")
+            )
+            for p in PAIRS
         )
         assert (row.calls, row.prompt_tokens) == (len(PAIRS), bound)
     assert all(r.cost_usd == 0 for r in rows), "a local model without a price costs nothing"

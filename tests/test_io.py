@@ -5,7 +5,7 @@ import os
 import pytest
 
 from stressprobe.errors import StressprobeError
-from stressprobe.io import atomic_write, read_jsonl, read_tsv_lines, write_jsonl
+from stressprobe.io import atomic_write, output_path_problem, read_jsonl, read_tsv_lines, write_jsonl
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temporaries(tmp_path):
@@ -54,3 +54,29 @@ def test_non_utf8_names_file_and_line(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(StressprobeError, match="file not found"):
         list(read_tsv_lines(tmp_path / "nope.tsv"))
+
+
+def test_output_path_problem_accepts_a_path_below_a_writable_directory(tmp_path):
+    assert output_path_problem(tmp_path / "new" / "deeper" / "out.tsv") is None
+
+
+def test_output_path_problem_names_a_file_in_the_way(tmp_path):
+    (tmp_path / "judgments").write_text("x\n")
+    problem = output_path_problem(tmp_path / "judgments" / "model" / "cell.jsonl")
+    assert problem.startswith(f"{tmp_path / 'judgments'}: a file where") and "delete" in problem
+
+
+def test_output_path_problem_names_a_broken_link(tmp_path):
+    (tmp_path / "judgments").symlink_to(tmp_path / "gone", target_is_directory=True)
+    problem = output_path_problem(tmp_path / "judgments" / "cell.jsonl")
+    assert problem.startswith(f"{tmp_path / 'judgments'}: a broken symbolic link")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into directories without write permission")
+def test_output_path_problem_names_a_directory_without_write_permission(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        assert output_path_problem(locked / "cell.jsonl").startswith(f"{locked}: not writable")
+    finally:
+        locked.chmod(0o700)

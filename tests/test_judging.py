@@ -5,6 +5,7 @@ import pytest
 from stressprobe.errors import StressprobeError
 from stressprobe.judging import (
     CONDITIONS,
+    answer_prefill,
     cell_personas,
     cell_summary,
     judge_cell,
@@ -138,6 +139,26 @@ def test_a_pair_whose_summary_failed_is_an_error_without_a_call():
     assert [r["docid"] for r in records] == [p["docid"] for p in PAIRS]
     assert all(r["persona"] is None for r in records)
     assert "You are acting as" not in user_text(client.requests[0])
+
+
+def test_a_prefilled_judge_continues_the_answer_prefix():
+    client = FakeClient(lambda r: Response(texts=[" 3\n\nThe passage answers it."]))
+    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), TEMPLATE, 8, 0, "##final score:")
+    assert all(r.prefill == "##final score:" for r in client.requests)
+    assert [(r["label"], r["raw"]) for r in records] == [
+        (3, "##final score: 3\n\nThe passage answers it.")
+    ] * 3
+    # Without the prefill the same continuation is no answer in the required format.
+    client = FakeClient(lambda r: Response(texts=[" 3 is what I think"]))
+    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), TEMPLATE, 8, 0)
+    assert client.requests[0].prefill is None and {r["status"] for r in records} == {"unparsed"}
+
+
+def test_answer_prefill_is_the_models_choice():
+    assert (
+        answer_prefill({"backend": "llamacpp", "answer_prefill": True}, "##final score:") == "##final score:"
+    )
+    assert answer_prefill({"backend": "vllm"}, "##final score:") is None
 
 
 def test_retrieved_personas_come_from_the_table_per_query_and_role():

@@ -167,6 +167,30 @@ def test_two_processes_writing_concurrently(tmp_path):
     assert db.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
 
 
+def _open_at_once(path: str, barrier, failures) -> None:
+    barrier.wait()
+    try:
+        ResponseCache(path).close()
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts there are none
+        failures.put(str(exc))
+
+
+def test_jobs_opening_a_new_cache_at_the_same_moment_all_get_it(tmp_path):
+    # Two jobs of a fresh run often start together. Without retrying the switch to WAL, SQLite refused
+    # one opener at once ("database is locked") in about one round in ten here.
+    failures = FORK.Queue()
+    for round_ in range(100):
+        path = str(tmp_path / f"c{round_}.sqlite")
+        barrier = FORK.Barrier(4)
+        openers = [FORK.Process(target=_open_at_once, args=(path, barrier, failures)) for _ in range(4)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(60)
+        assert [o.exitcode for o in openers] == [0] * 4
+    assert failures.empty(), failures.get()
+
+
 def _write_forever(path: str) -> None:
     _write_many(path, 0, 10**9)
 

@@ -105,3 +105,12 @@ def test_samples_at_temperature_differ_and_reproduce_with_the_seed(client, tmp_p
 def test_prompt_longer_than_context_is_a_recorded_error(client):
     (response,) = client.generate([Request.chat(user="word " * 1500, max_tokens=8)])
     assert response.error is not None and "n_ctx" in response.error and response.texts == []
+
+
+def test_a_prefilled_answer_is_continued_after_the_assistant_turn_opens(client):
+    plain = Request.chat(user="Rate 'cat' for 'kitten' from 0 to 3.", max_tokens=4, logprobs=5)
+    prefilled = Request.chat(user=plain.messages[0][1], prefill="##final score:", max_tokens=4, logprobs=5)
+    assert client.backend.render(prefilled) == client.backend.render(plain) + "##final score:"
+    (response,) = client.generate([prefilled])
+    assert not response.text.startswith("##final score:")  # the text is what follows the prefill
+    assert "".join(max(p, key=p.get) for p in response.top_logprobs) == response.text

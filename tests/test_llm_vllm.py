@@ -26,8 +26,11 @@ def fake_vllm(calls: dict) -> types.ModuleType:
         def __init__(self, **kwargs):
             calls["init"] = kwargs
 
-        def chat(self, conversations, sampling_params, use_tqdm):
+        def chat(
+            self, conversations, sampling_params, use_tqdm, add_generation_prompt, continue_final_message
+        ):
             calls.setdefault("chat", []).append((conversations, sampling_params))
+            calls.setdefault("continue", []).append((add_generation_prompt, continue_final_message))
             outputs = []
             for conversation, params in zip(conversations, sampling_params, strict=True):
                 samples = [
@@ -94,6 +97,26 @@ def test_requests_become_one_chat_call_with_sampling_params(tmp_path, monkeypatc
     assert greedy.texts == ["greedy#0"] * 3 and greedy.top_logprobs == [{" 2": -0.2, "3": -1.9}]
     assert sampled.texts == ["sampled#0", "sampled#1"] and sampled.top_logprobs is None
     assert (sampled.prompt_tokens, sampled.completion_tokens) == (7, 4)
+
+
+def test_prefilled_answers_are_continued_in_their_own_chat_call(tmp_path, monkeypatch):
+    calls: dict = {}
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(calls))
+    requests = [
+        Request.chat(user="first", prefill="##final score:"),
+        Request.chat(user="second"),
+        Request.chat(user="third", prefill="##final score:"),
+    ]
+    with open_client({"big": ENTRY}, "big", tmp_path / "c.sqlite") as client:
+        first, second, third = client.generate(requests)
+    # vLLM applies the chat template per call: new turns and continued answers go in separate calls.
+    assert sorted(calls["continue"]) == [(False, True), (True, False)]
+    by_mode = dict(zip(calls["continue"], calls["chat"], strict=True))
+    assert [c[-1] for c in by_mode[(False, True)][0]] == [
+        {"role": "assistant", "content": "##final score:"}
+    ] * 2
+    assert [c[-1]["content"] for c in by_mode[(True, False)][0]] == ["second"]
+    assert (first.text, second.text, third.text) == ("##final score:#0", "second#0", "##final score:#0")
 
 
 def test_missing_vllm_is_a_one_line_error(tmp_path, monkeypatch):

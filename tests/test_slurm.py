@@ -65,9 +65,10 @@ def submitted_jobids(stderr: str) -> set[str]:
     """Snakemake job ids that went to SLURM: submitted alone, or as members of a submitted group job."""
     submitted, members = set(), None  # members: job ids of the group job being announced, if any
     for line in stderr.splitlines():
-        if line.startswith("group job "):
+        # "[date] Group job scoring (jobs in lexicogr. order):", then each member indented one level deeper.
+        if re.search(r"\bGroup job \S+ \(", line):
             members = []
-        elif members is not None and line.startswith("    jobid: "):
+        elif members is not None and line.startswith("        jobid: "):
             members.append(line.split(": ", 1)[1])
         match = SUBMITTED.match(line)
         if match:
@@ -177,6 +178,19 @@ def test_gpu_jobs_landed_in_the_gpu_partition(e2e):
         name: parts for name, parts in partitions.items() if name.removeprefix("rule_") not in GPU_RULES
     }
     assert others and all(parts == {"cpu"} for parts in others.values()), others
+
+
+def test_small_scoring_jobs_went_as_group_jobs(e2e):
+    # The profile's `group-components: {scoring: ...}` merges the per-cell qrels and nDCG jobs, and the
+    # overlay's `cores: 2` keeps each group job schedulable on the 2-CPU test node.
+    # The plugin names a group job's log folder group_<group>_<its rules>.
+    names = [name for jobs in e2e["jobs"] for name in jobs.values()]
+    assert any(name.startswith("group_scoring_") for name in names), names
+    assert not {"rule_judge_qrels", "rule_ndcg", "rule_human_qrels"} & set(names), names
+    scoring = [
+        e2e["records"][i] for jobs in e2e["jobs"] for i, n in jobs.items() if n.startswith("group_scoring_")
+    ]
+    assert scoring and all(int(r["ProcCnt"]) <= 2 for r in scoring), scoring
 
 
 def test_the_failing_cells_are_reported_as_failed(e2e):

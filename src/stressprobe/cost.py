@@ -23,9 +23,10 @@ from typing import Any
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.io import atomic_write
 from stressprobe.judging import (
+    answer_prefill,
     cell_personas,
     is_retrieved,
-    judge_request,
+    judge_cell_requests,
     passage_record,
     retrieved_personas,
     split_condition,
@@ -152,21 +153,6 @@ def judged_texts(
     return stand_in_summaries(pairs, summary_max_tokens)
 
 
-def judge_cell_requests(
-    texts: Sequence[Mapping[str, Any]],
-    topics: Mapping[str, str],
-    personas: Mapping[str, str | None],
-    template: str,
-    max_tokens: int,
-    logprobs: int,
-) -> list[Request]:
-    """The requests of one judge cell (as `stressprobe.judging.judge_cell` sends them)."""
-    return [
-        judge_request(topics[t["qid"]], t["summary"], personas[t["qid"]], template, max_tokens, logprobs)
-        for t in texts
-    ]
-
-
 def judging_estimates(
     dataset: str,
     pairs: Sequence[Mapping[str, Any]],
@@ -198,10 +184,16 @@ def judging_estimates(
             records, path = persona_tables[source]
             table = retrieved_personas(records, role, path)
         personas = cell_personas(topics, source, role, fixed_personas, table, path)
-        requests = judge_cell_requests(
-            texts, topics, personas, templates["judge"], judging["judge_max_tokens"], judging["logprobs"]
-        )
         for model in judging["models"]:
+            requests = judge_cell_requests(
+                texts,
+                topics,
+                personas,
+                templates["judge"],
+                judging["judge_max_tokens"],
+                judging["logprobs"],
+                answer_prefill(models[model], judging["answer_prefix"]),
+            )
             rows.append(estimate_cell("judging", dataset, condition, model, models[model], requests, cache))
     return rows
 

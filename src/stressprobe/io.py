@@ -89,3 +89,27 @@ def read_tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
     for lineno, line in read_text_lines(path):
         if line.strip():
             yield lineno, line.split("\t")
+
+
+def output_path_problem(path: str | os.PathLike) -> str | None:
+    """Why a job could not write `path`, or None when it can.
+
+    The nearest existing ancestor decides: it must be a directory the job may write into. Checked before
+    any job runs, because Snakemake itself stumbles over these cases with a traceback when it prepares the
+    job's output directory.
+    """
+    path = Path(path)
+    for parent in path.parents:
+        if parent.is_symlink() and not parent.exists():
+            return f"{parent}: a broken symbolic link where {path} needs a directory; fix or remove the link"
+        if not parent.exists():
+            continue
+        if not parent.is_dir():
+            return f"{parent}: a file where {path} needs a directory; move or delete the file"
+        if not os.access(parent, os.W_OK | os.X_OK):
+            return (
+                f"{parent}: not writable (read-only file system or permissions), but {path} must be "
+                "written there; make it writable or remove it"
+            )
+        return None
+    return None

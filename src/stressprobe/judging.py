@@ -156,16 +156,46 @@ def summarize_pairs(
 # ---- judge cells ----
 
 
+def answer_prefill(entry: Mapping[str, Any], prefix: str) -> str | None:
+    """The answer prefix a judge model is prefilled with (its registry entry's `answer_prefill`), or None."""
+    return prefix if entry.get("answer_prefill", False) else None
+
+
 def judge_request(
-    query: str, text: str, persona: str | None, template: str, max_tokens: int, logprobs: int
+    query: str,
+    text: str,
+    persona: str | None,
+    template: str,
+    max_tokens: int,
+    logprobs: int,
+    prefill: str | None = None,
 ) -> Request:
     """The request of one pair under one condition: greedy (temperature 0), top-k log-probabilities."""
     return Request.chat(
         user=judge_prompt(template, query, text, persona),
+        prefill=prefill,
         max_tokens=max_tokens,
         temperature=0.0,
         logprobs=logprobs,
     )
+
+
+def judge_cell_requests(
+    texts: Sequence[Mapping[str, Any]],
+    topics: Mapping[str, str],
+    personas: Mapping[str, str | None],
+    template: str,
+    max_tokens: int,
+    logprobs: int,
+    prefill: str | None = None,
+) -> list[Request]:
+    """The requests of one judge cell, one per judged text (a summary or a passage)."""
+    return [
+        judge_request(
+            topics[t["qid"]], t["summary"], personas[t["qid"]], template, max_tokens, logprobs, prefill
+        )
+        for t in texts
+    ]
 
 
 def expected_grade(probs: Mapping[str, float] | None) -> float | None:
@@ -174,9 +204,12 @@ def expected_grade(probs: Mapping[str, float] | None) -> float | None:
 
 
 def judgment_record(
-    summary: Mapping[str, Any], persona: str | None, response: Response | None
+    summary: Mapping[str, Any], persona: str | None, response: Response | None, prefill: str | None = None
 ) -> dict[str, Any]:
-    """One line of a judgments file; `response` is None when the pair's summary failed (nothing to judge)."""
+    """One line of a judgments file; `response` is None when the pair's summary failed (nothing to judge).
+
+    `raw` is the whole answer: the prefill (when the model was given one) and what the model wrote after it.
+    """
     record: dict[str, Any] = {"qid": summary["qid"], "docid": summary["docid"], "persona": persona}
     if response is None or response.error is not None:
         error = f"summary failed: {summary.get('error')}" if response is None else response.error
@@ -189,12 +222,13 @@ def judgment_record(
             "expected": None,
             "error": error,
         }
-    label = parse_label(response.text)
+    answer = (prefill or "") + response.text
+    label = parse_label(answer)
     probs = label_distribution(response.top_logprobs, LABELS) if response.top_logprobs else None
     return {
         **record,
         "label": label,
-        "raw": response.text,
+        "raw": answer,
         "status": "ok" if label is not None else "unparsed",
         "probs": probs,
         "expected": expected_grade(probs),
@@ -210,18 +244,16 @@ def judge_cell(
     template: str,
     max_tokens: int,
     logprobs: int,
+    prefill: str | None = None,
 ) -> list[dict[str, Any]]:
     """Judge every summarized pair of a dataset under one condition; records keep the summaries' order."""
     check_qids(summaries, topics, "summaries")
     judgeable = [s for s in summaries if s["status"] != "error"]
-    requests = [
-        judge_request(topics[s["qid"]], s["summary"], personas[s["qid"]], template, max_tokens, logprobs)
-        for s in judgeable
-    ]
+    requests = judge_cell_requests(judgeable, topics, personas, template, max_tokens, logprobs, prefill)
     responses = iter(client.generate(requests))
     # A pair whose summary failed gets an `error` record without a call, in its place.
     return [
-        judgment_record(s, personas[s["qid"]], None if s["status"] == "error" else next(responses))
+        judgment_record(s, personas[s["qid"]], None if s["status"] == "error" else next(responses), prefill)
         for s in summaries
     ]
 

@@ -4,17 +4,40 @@ from pathlib import Path
 
 from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
+from stressprobe.io import output_path_problem
 from stressprobe.provenance import git_commit
 
-try:
-    # The schema's sections $ref each other by file name, so read them from the checkout, not the source cache.
-    validate_config(
-        config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
-    )
-except StressprobeError as exc:
-    # One line, before any job runs: a config typo must not surface as a traceback.
-    print(f"error: {exc}", file=sys.stderr)
-    sys.exit(1)
+
+def stop_on_error(check, *args):
+    """Run `check(*args)`; a StressprobeError becomes one `error:` line and exit status 1, before any job
+    runs: a config typo or an unwritable results folder must not surface as a traceback.
+    """
+    try:
+        check(*args)
+    except StressprobeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+def check_outputs_writable(jobs):
+    """Every output and log of the jobs about to run can be written (see io.output_path_problem)."""
+    for job in jobs:
+        for path in [*job.output, *job.log]:
+            problem = output_path_problem(path)
+            if problem:
+                raise StressprobeError(problem)
+
+
+# The schema's sections $ref each other by file name, so read them from the checkout, not the source cache.
+stop_on_error(
+    validate_config,
+    config,
+    Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
+)
+
+
+onstart:
+    stop_on_error(check_outputs_writable, workflow.dag.needrun_jobs())
 
 
 def sorted_dict(value):
@@ -80,6 +103,13 @@ def judge_models():
     return config["judging"]["models"]
 
 
+def judge_prefill(name):
+    """The answer prefix this judge model is prefilled with, or None (see `answer_prefill`)."""
+    return _judging.answer_prefill(
+        config["models"][name], config["judging"]["answer_prefix"]
+    )
+
+
 def judging_datasets():
     return list(config["judging"]["datasets"])
 
@@ -117,11 +147,7 @@ def _check_judging_config():
         )
 
 
-try:
-    _check_judging_config()
-except StressprobeError as exc:
-    print(f"error: {exc}", file=sys.stderr)
-    sys.exit(1)
+stop_on_error(_check_judging_config)
 
 
 JUDGE_MODEL_RE = _alternation(judge_models())

@@ -58,6 +58,7 @@ rule judge:
         persona=fixed_persona,
         max_tokens=config["judging"]["judge_max_tokens"],
         logprobs=config["judging"]["logprobs"],
+        prefill=lambda w: judge_prefill(w.model),
     script:
         "../../scripts/judge.py"
 
@@ -74,6 +75,8 @@ rule judge_qrels:
         model=JUDGE_MODEL_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -92,6 +95,8 @@ rule human_qrels:
         "results/logs/judging/{dataset}/qrels/human.log",
     wildcard_constraints:
         dataset=DATASET_RE,
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -114,6 +119,8 @@ rule external_qrels:
         model=EXTERNAL_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:
@@ -137,6 +144,8 @@ rule ndcg:
         model=f"{JUDGE_MODEL_RE}|{EXTERNAL_RE}|human",
         source=f"{SOURCE_RE}|human",
         role=f"{ROLE_RE}|human",
+    group:
+        "scoring"
     conda:
         "../../envs/analysis.yaml"
     resources:

@@ -73,6 +73,25 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _enable_wal(db: sqlite3.Connection, wait_s: float = 120.0) -> None:
+    """Switch the file to WAL mode (a no-op once it is).
+
+    When two jobs open a new cache file at the same moment, SQLite refuses one switch at once instead of
+    waiting (it would deadlock on the exclusive lock both want), so "locked" is retried here with backoff.
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 class ResponseCache:
     """A process's connection to the shared cache file."""
 
@@ -89,7 +108,7 @@ class ResponseCache:
             )
             # busy_timeout first: switching to WAL itself needs a lock another opener may hold.
             self._db.execute("PRAGMA busy_timeout=120000")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(self._db)
             # NORMAL is durable against a killed process (not against power loss) and never corrupts in WAL.
             self._db.execute("PRAGMA synchronous=NORMAL")
             with self._transaction():

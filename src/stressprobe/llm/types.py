@@ -42,10 +42,23 @@ class Request:
             raise ValueError(f"Request.logprobs must be between 0 and 20 (got {self.logprobs})")
 
     @classmethod
-    def chat(cls, system: str | None = None, user: str = "", **decoding: Any) -> Request:
-        """A request of an optional system message and one user message."""
+    def chat(
+        cls, system: str | None = None, user: str = "", prefill: str | None = None, **decoding: Any
+    ) -> Request:
+        """A request of an optional system message and one user message.
+
+        `prefill` starts the model's answer (a final assistant message it continues), for models that do
+        not keep to a required answer format otherwise; the returned text is what follows it.
+        """
         messages = ((("system", system),) if system is not None else ()) + (("user", user),)
+        messages += (("assistant", prefill),) if prefill is not None else ()
         return cls(messages=messages, **decoding)
+
+    @property
+    def prefill(self) -> str | None:
+        """The start of the answer the model continues (a final assistant message), or None."""
+        role, content = self.messages[-1]
+        return content if role == "assistant" else None
 
     def decoding(self) -> dict[str, Any]:
         """The decoding parameters in a canonical form (floats as floats, lists as lists) for hashing."""

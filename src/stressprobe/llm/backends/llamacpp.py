@@ -88,8 +88,13 @@ class LlamaCppBackend(Backend):
         self._pieces: dict[int, str] = {}
 
     def render(self, request: Request) -> str:
-        """The prompt text the chat template makes of the request (what llama.cpp actually sees)."""
-        return self._formatter(messages=request.message_dicts()).prompt
+        """The prompt text the chat template makes of the request (what llama.cpp actually sees).
+
+        A prefilled answer follows the assistant turn's opening as plain text, so the model continues it.
+        """
+        if request.prefill is None:
+            return self._formatter(messages=request.message_dicts()).prompt
+        return self._formatter(messages=request.message_dicts()[:-1]).prompt + request.prefill
 
     def order(self, requests: list[Request]) -> list[int]:
         """Sorted by rendered prompt: neighbours share their longest common prefix."""

@@ -173,6 +173,9 @@ class OpenAIBackend(AsyncBackend):
                 self._slots.put_nowait(client)
 
     async def acomplete(self, request: Request) -> Response:
+        if request.prefill is not None:
+            # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
+            return Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer")
         arguments = chat_arguments(self.model, request)
         attempts = self.max_retries + 1
         for attempt in range(attempts):

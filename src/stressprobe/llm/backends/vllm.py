@@ -85,10 +85,24 @@ class VllmBackend(Backend):
         )
 
     def complete(self, requests: list[Request]) -> list[Response]:
+        # One `chat` call either opens a new assistant turn or continues the final (prefilled) one.
+        prefilled = [i for i, r in enumerate(requests) if r.prefill is not None]
+        if prefilled and len(prefilled) < len(requests):
+            responses: list[Response | None] = [None] * len(requests)
+            for part in (prefilled, [i for i in range(len(requests)) if requests[i].prefill is None]):
+                for i, response in zip(part, self.complete([requests[i] for i in part]), strict=True):
+                    responses[i] = response
+            return responses  # type: ignore[return-value]
         conversations = [r.message_dicts() for r in requests]
         params = [sampling_params(self._vllm, r) for r in requests]
         try:
-            outputs = self.llm.chat(conversations, sampling_params=params, use_tqdm=False)
+            outputs = self.llm.chat(
+                conversations,
+                sampling_params=params,
+                use_tqdm=False,
+                add_generation_prompt=not prefilled,
+                continue_final_message=bool(prefilled),
+            )
         except (ValueError, RuntimeError) as exc:
             # A bad prompt (e.g. longer than max_model_len) fails the batch: answer one by one to isolate it.
             if len(requests) == 1:
