@@ -15,7 +15,12 @@ def main(smk):
     model = smk.wildcards.model
     with role_clients(smk.params.models, {"eval": model}, cache_path(smk)) as clients:
         records = evaluate(
-            clients["eval"], items, smk.params.max_tokens, smk.params.seed, smk.params.mitigation
+            clients["eval"],
+            items,
+            smk.params.max_tokens,
+            smk.params.seed,
+            smk.params.mitigation,
+            smk.params.prefill,
         )
         write_merged_usage(clients, smk.output.usage)
     write_jsonl(smk.output.records, records)

@@ -21,7 +21,10 @@ def main(smk):
     questions = read_jsonl(smk.input.questions)
     classifier = smk.params.classifier
     settings = SearchSettings(
-        **smk.params.search, classifier_threshold=classifier["threshold"], seed=smk.params.seed
+        **smk.params.search,
+        classifier_threshold=classifier["threshold"],
+        seed=smk.params.seed,
+        victim_prefill=smk.params.victim_prefill,
     )
     roles = dict(smk.params.roles)
     with role_clients(smk.params.models, roles, cache_path(smk)) as clients:

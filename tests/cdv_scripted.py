@@ -29,9 +29,14 @@ def make_item(qid: str, n_choices: int = 4, question: str | None = None) -> dict
     }
 
 
+def user_text(request: Request) -> str:
+    """The last user message (a prefilled answer may follow it)."""
+    return next(content for role, content in reversed(request.messages) if role == "user")
+
+
 def question_of(request: Request) -> str:
     """The question text of a victim request (the user message up to the options)."""
-    return request.messages[-1][1].split("\n\nA. ")[0]
+    return user_text(request).split("\n\nA. ")[0]
 
 
 def kind_of(request: Request) -> str:
@@ -67,7 +72,7 @@ class ScriptedModel:
         if self.fail(request):
             return Response.failure("scripted failure")
         kind = kind_of(request)
-        user = request.messages[-1][1]
+        user = user_text(request)
         if kind == "proxy":
             texts = [self.proxy_text(TARGET.search(user).group(1), user)]
         elif kind == "semantic":
@@ -75,13 +80,18 @@ class ScriptedModel:
         elif kind == "victim":
             question = question_of(request)
             contexts = CONTEXT.findall(question)
+
+            def reply(letter: str, reasoning: str) -> str:
+                # A prefilled answer ("Answer:") is continued with the letter alone.
+                return f" {letter}" if request.prefill else f"{reasoning} Answer: {letter}"
+
             if request.n == 1 and request.temperature == 0:
                 texts = [
-                    "Thinking. Answer: A" if self.greedy_correct(contexts, question) else "Hmm. Answer: B"
+                    reply("A", "Thinking.") if self.greedy_correct(contexts, question) else reply("B", "Hmm.")
                 ]
             else:
                 k = self.correct(contexts, question)
-                texts = ["Reasoning. Answer: A"] * k + ["Reasoning. Answer: B"] * (request.n - k)
+                texts = [reply("A", "Reasoning.")] * k + [reply("B", "Reasoning.")] * (request.n - k)
         else:
             texts = ["no"]
         return Response(texts=texts, prompt_tokens=10, completion_tokens=3 * len(texts))

@@ -81,6 +81,16 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
     assert mitigated[0]["mitigation"] is True
 
 
+def test_evaluate_reads_a_prefilled_answer_with_its_prefix():
+    class Continues:
+        def generate(self, requests):
+            assert all(r.prefill == "Answer:" for r in requests)
+            return [Response(texts=[" A"]) for _ in requests]
+
+    (record,) = evaluate(Continues(), eval_items([make_item("q1")], [], []), 4, 0, prefill="Answer:")
+    assert (record["answer"], record["correct"], record["raw"]) == ("A", True, "Answer: A")
+
+
 def test_baselines_record_unusable_rewrites():
     class Rewriter:
         def generate(self, requests):

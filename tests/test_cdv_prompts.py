@@ -33,6 +33,13 @@ def test_parse_answer(text, expected):
     assert parse_answer(text, 4) == expected
 
 
+def test_a_prefilled_answer_is_parsed_with_its_prefix():
+    assert parse_answer(" B", 4, prefill="Answer:") == 1
+    assert parse_answer(" B", 4) is None
+    messages = victim_messages("Q?", ["x", "y"], prefill="Answer:")
+    assert messages[:-1] == victim_messages("Q?", ["x", "y"]) and messages[-1] == ("assistant", "Answer:")
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

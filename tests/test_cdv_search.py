@@ -49,6 +49,20 @@ def test_values_recorded_and_r_measured_on_the_nodes_own_question():
     assert root["status"] == "root" and root["success_rate"] == 1.0 and root["value"] is None
 
 
+def test_a_prefilled_victim_searches_the_same_tree():
+    def correct(contexts, question):
+        return 5 - 2 * contexts.count("C")
+
+    plain, _ = search(ScriptedModel(correct=correct), [make_item("q1")], replace(SETTINGS, max_expansions=2))
+    model = ScriptedModel(correct=correct)
+    prefilled, _ = search(
+        model, [make_item("q1")], replace(SETTINGS, max_expansions=2, victim_prefill="Answer:")
+    )
+    assert all(r.prefill == "Answer:" for r in model.requests_of("victim"))
+    keys = ("node_id", "status", "success_rate", "answers")
+    assert [[r[k] for k in keys] for r in prefilled] == [[r[k] for k in keys] for r in plain]
+
+
 def test_queue_expands_the_highest_value_node_next():
     # r depends on the target of the last context: C < D < B, so C's child is expanded second.
     rates = {"B": 4, "C": 1, "D": 3}

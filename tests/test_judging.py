@@ -5,7 +5,6 @@ import pytest
 from stressprobe.errors import StressprobeError
 from stressprobe.judging import (
     CONDITIONS,
-    answer_prefill,
     cell_personas,
     cell_summary,
     judge_cell,
@@ -15,7 +14,7 @@ from stressprobe.judging import (
     split_condition,
     summarize_pairs,
 )
-from stressprobe.llm import Request, Response
+from stressprobe.llm import Request, Response, answer_prefill
 
 TEMPLATE = "Query: {query}\nPassage: {passage}\nAnswer ##final score: <0-3>"
 TOPICS = {"q1": "what is a cat", "q2": "boiling point of water"}

@@ -23,7 +23,6 @@ from typing import Any
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.io import atomic_write
 from stressprobe.judging import (
-    answer_prefill,
     cell_personas,
     is_retrieved,
     judge_cell_requests,
@@ -32,7 +31,7 @@ from stressprobe.judging import (
     split_condition,
     summary_requests,
 )
-from stressprobe.llm import Request
+from stressprobe.llm import Request, answer_prefill
 from stressprobe.llm.backends.llamacpp import gguf_identity, resolve_package_file
 from stressprobe.llm.cache import ResponseCache, cache_key
 

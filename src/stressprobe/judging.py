@@ -156,11 +156,6 @@ def summarize_pairs(
 # ---- judge cells ----
 
 
-def answer_prefill(entry: Mapping[str, Any], prefix: str) -> str | None:
-    """The answer prefix a judge model is prefilled with (its registry entry's `answer_prefill`), or None."""
-    return prefix if entry.get("answer_prefill", False) else None
-
-
 def judge_request(
     query: str,
     text: str,

@@ -51,6 +51,9 @@ rule cdv_search:
         roles=cdv_search_roles,
         models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
         search=config["cdv"]["search"],
+        victim_prefill=lambda w: model_prefill(
+            cdv_search_roles(w)["victim"], config["cdv"]["answer_prefix"]
+        ),
         classifier=config["cdv"]["classifier"],
         seed=config["seed"],
     script:
@@ -104,6 +107,7 @@ rule cdv_eval:
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
+        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=False,
         seed=config["seed"],
     script:
@@ -131,6 +135,7 @@ rule cdv_mitigation:
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
+        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=True,
         seed=config["seed"],
     script:

@@ -5,6 +5,7 @@ from pathlib import Path
 from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
 from stressprobe.io import output_path_problem
+from stressprobe.llm import answer_prefill
 from stressprobe.provenance import git_commit
 
 
@@ -103,11 +104,9 @@ def judge_models():
     return config["judging"]["models"]
 
 
-def judge_prefill(name):
-    """The answer prefix this judge model is prefilled with, or None (see `answer_prefill`)."""
-    return _judging.answer_prefill(
-        config["models"][name], config["judging"]["answer_prefix"]
-    )
+def model_prefill(name, prefix):
+    """The start of the answer this model is prefilled with (its entry's `answer_prefill`), or None."""
+    return answer_prefill(config["models"][name], prefix)
 
 
 def judging_datasets():

@@ -58,7 +58,7 @@ rule judge:
         persona=fixed_persona,
         max_tokens=config["judging"]["judge_max_tokens"],
         logprobs=config["judging"]["logprobs"],
-        prefill=lambda w: judge_prefill(w.model),
+        prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
     script:
         "../../scripts/judge.py"
 

@@ -44,12 +44,19 @@ def _mc(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluate(
-    client: Any, items: list[dict[str, Any]], max_tokens: int, seed: int, mitigation: bool = False
+    client: Any,
+    items: list[dict[str, Any]],
+    max_tokens: int,
+    seed: int,
+    mitigation: bool = False,
+    prefill: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Ask one model every item greedily (one batch); unparseable or failed answers are not correct."""
+    """Ask one model every item greedily (one batch); unparseable or failed answers are not correct.
+
+    `prefill` starts each answer (models with `answer_prefill`); `raw` then includes it."""
     requests = [
         Request(
-            messages=victim_messages(item["question"], item["choices"], mitigation=mitigation),
+            messages=victim_messages(item["question"], item["choices"], mitigation, prefill),
             max_tokens=max_tokens,
             temperature=0.0,
             seed=seed,
@@ -58,7 +65,7 @@ def evaluate(
     ]
     records = []
     for item, response in zip(items, client.generate(requests), strict=True):
-        answer = None if response.error else parse_answer(response.text, len(item["choices"]))
+        answer = None if response.error else parse_answer(response.text, len(item["choices"]), prefill)
         records.append(
             {
                 "qid": item["qid"],
@@ -70,7 +77,7 @@ def evaluate(
                 "correct_option": letter(item["answer_index"]),
                 "correct": answer == item["answer_index"],
                 "status": "error" if response.error else ("ok" if answer is not None else "unparsed"),
-                "raw": response.text,
+                "raw": (prefill or "") + response.text,
             }
         )
     return records

@@ -42,19 +42,23 @@ def format_question(question: str, choices: list[str]) -> str:
 
 
 def victim_messages(
-    question: str, choices: list[str], mitigation: bool = False
+    question: str, choices: list[str], mitigation: bool = False, prefill: str | None = None
 ) -> tuple[tuple[str, str], ...]:
-    """Zero-shot chain-of-thought prompt; `mitigation` adds the focus instruction."""
+    """Zero-shot chain-of-thought prompt; `mitigation` adds the focus instruction; `prefill` starts the
+    answer (for models that do not keep to the answer line otherwise: they then skip the reasoning)."""
     system = f"{VICTIM_SYSTEM} {MITIGATION_INSTRUCTION}" if mitigation else VICTIM_SYSTEM
-    return (("system", system), ("user", format_question(question, choices)))
+    messages = (("system", system), ("user", format_question(question, choices)))
+    return messages + ((("assistant", prefill),) if prefill is not None else ())
 
 
-def parse_answer(text: str, n_choices: int) -> int | None:
+def parse_answer(text: str, n_choices: int, prefill: str | None = None) -> int | None:
     """The choice index of the reply's last 'Answer: X' (X a valid letter); None when there is none.
 
-    The last occurrence wins because the reasoning may mention options before the final line.
+    The last occurrence wins because the reasoning may mention options before the final line. A prefilled
+    answer is read with its prefill in front, as the model continued it.
     """
-    matches = [m.group(1).upper() for m in _ANSWER_LINE.finditer(_MARKUP.sub("", text or ""))]
+    text = (prefill or "") + (text or "")
+    matches = [m.group(1).upper() for m in _ANSWER_LINE.finditer(_MARKUP.sub("", text))]
     valid = [LETTERS.index(m) for m in matches if LETTERS.index(m) < n_choices]
     return valid[-1] if valid else None
 

@@ -86,6 +86,7 @@ class SearchSettings:
     semantic_max_tokens: int = 8
     classifier_threshold: float = 0.5
     seed: int = 42
+    victim_prefill: str | None = None  # the start of the victim's answer, for `answer_prefill` models
 
 
 @dataclass
@@ -172,7 +173,7 @@ def is_monotone(sequence: list[float], levels: int) -> bool:
 
 def _victim_request(node: Node, item: dict[str, Any], settings: SearchSettings, greedy: bool) -> Request:
     return Request(
-        messages=victim_messages(node.question, item["choices"]),
+        messages=victim_messages(node.question, item["choices"], prefill=settings.victim_prefill),
         max_tokens=settings.victim_max_tokens,
         temperature=0.0 if greedy else settings.victim_temperature,
         n=1 if greedy else settings.samples,
@@ -195,7 +196,9 @@ def measure_success(
         if response.error or len(response.texts) != settings.samples:
             node.status, node.error = "error", response.error or f"victim gave {len(response.texts)} samples"
             continue
-        node.answers = [parse_answer(text, len(item["choices"])) for text in response.texts]
+        node.answers = [
+            parse_answer(text, len(item["choices"]), settings.victim_prefill) for text in response.texts
+        ]
         node.success_rate = sum(a == item["answer_index"] for a in node.answers) / settings.samples
         if node.success_rate == 0:
             zero.append((node, item))
@@ -205,8 +208,8 @@ def measure_success(
         if response.error or not response.texts:
             node.status, node.error, node.success_rate = "error", response.error or "no greedy answer", None
             continue
-        node.greedy_raw = response.text
-        node.greedy_answer = parse_answer(response.text, len(item["choices"]))
+        node.greedy_raw = (settings.victim_prefill or "") + response.text
+        node.greedy_answer = parse_answer(response.text, len(item["choices"]), settings.victim_prefill)
         if node.greedy_answer == item["answer_index"]:
             node.success_rate = 1 / (settings.samples + 1)
 
@@ -488,7 +491,9 @@ def audit_successes(
     successes = [r for r in records if r["status"] == "success"]
     requests = [
         Request(
-            messages=victim_messages(r["question"], by_qid[r["qid"]]["choices"]),
+            messages=victim_messages(
+                r["question"], by_qid[r["qid"]]["choices"], prefill=settings.victim_prefill
+            ),
             max_tokens=settings.victim_max_tokens,
             temperature=0.0,
             seed=settings.seed,
@@ -497,7 +502,7 @@ def audit_successes(
     ]
     failures = []
     for record, response in zip(successes, victim.generate(requests), strict=True):
-        answer = parse_answer(response.text, len(by_qid[record["qid"]]["choices"]))
+        answer = parse_answer(response.text, len(by_qid[record["qid"]]["choices"]), settings.victim_prefill)
         if response.error or answer == by_qid[record["qid"]]["answer_index"]:
             failures.append({"node_id": record["node_id"], "answer": answer, "error": response.error})
     return failures

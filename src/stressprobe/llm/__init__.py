@@ -7,6 +7,6 @@ with open_client(config["models"], "smollm2-135m", cache_path) as client:
 
 from stressprobe.llm.client import Client, open_client
 from stressprobe.llm.labels import label_distribution
-from stressprobe.llm.types import Request, Response
+from stressprobe.llm.types import Request, Response, answer_prefill
 
-__all__ = ["Client", "Request", "Response", "label_distribution", "open_client"]
+__all__ = ["Client", "Request", "Response", "answer_prefill", "label_distribution", "open_client"]

@@ -77,6 +77,11 @@ class Request:
         return [{"role": role, "content": content} for role, content in self.messages]
 
 
+def answer_prefill(entry: dict[str, Any], prefix: str) -> str | None:
+    """`prefix` when the model's registry entry asks for prefilled answers (`answer_prefill`), else None."""
+    return prefix if entry.get("answer_prefill", False) else None
+
+
 @dataclass
 class Response:
     """What a model returned for one Request (n samples), or why it could not.
