@@ -44,7 +44,7 @@ def main(smk):
     for cell in smk.params.cdv_cells:
         dataset, roles = cell["dataset"], cell["roles"]
         questions = read_jsonl(smk.input[f"cdv_{dataset}"])
-        rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv["search"], smk.params.models)
+        rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
         name = f"{roles['proxy']}/{roles['victim']}"
         rows += cdv_eval_bounds(
             dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models

@@ -3,6 +3,7 @@
 from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.judging import (
+    JudgeSettings,
     cell_personas,
     cell_summary,
     is_retrieved,
@@ -26,16 +27,8 @@ def main(smk):
     fixed = {role: smk.params.persona} if smk.params.persona is not None else {}
     personas = cell_personas(topics, source, role, fixed, table, smk.input.get("personas", ""))
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
-        records = judge_cell(
-            client,
-            summaries,
-            topics,
-            personas,
-            template,
-            smk.params.max_tokens,
-            smk.params.logprobs,
-            smk.params.prefill,
-        )
+        settings = JudgeSettings(template, smk.params.max_tokens, smk.params.logprobs, smk.params.prefill)
+        records = judge_cell(client, summaries, topics, personas, settings)
         client.write_usage(smk.output.usage)
     counts = cell_summary(records)
     log.info("%s/%s %s/%s: %s", smk.wildcards.dataset, smk.wildcards.model, source, role, counts)

@@ -22,7 +22,7 @@ from stressprobe.cost import (
     model_identity,
     prompt_tokens,
 )
-from stressprobe.judging import judge_cell, judge_request, summarize_pairs
+from stressprobe.judging import JudgeSettings, judge_cell, summarize_pairs
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends import open_backend
 from stressprobe.prompts import load_template
@@ -127,7 +127,9 @@ def test_calls_made_by_the_real_jobs_are_free_afterwards(tmp_path, monkeypatch):
         with open_client(models, "api", cache_path) as client:
             summaries = summarize_pairs(client, PAIRS, TOPICS, t["summary"], judging["summary_max_tokens"])
             personas = dict.fromkeys(TOPICS)
-            judge_cell(client, summaries, TOPICS, personas, t["judge"], judging["judge_max_tokens"], 0)
+            judge_cell(
+                client, summaries, TOPICS, personas, JudgeSettings(t["judge"], judging["judge_max_tokens"])
+            )
         sent = server.total_requests
 
         after = estimate(summaries)
@@ -156,7 +158,7 @@ def test_stand_in_summaries_bound_the_judge_prompts():
         persona = FIXED["evidence"] if row.cell == "fixed/evidence" else None
         bound = sum(
             prompt_tokens(
-                judge_request(TOPICS[p["qid"]], longest, persona, t["judge"], 8, 0, "##final score:")
+                JudgeSettings(t["judge"], 8, 0, "##final score:").request(TOPICS[p["qid"]], longest, persona)
             )
             for p in PAIRS
         )
@@ -190,9 +192,9 @@ def test_cdv_search_bound_counts_every_allowed_expansion():
     roles = {"proxy": "api", "semantic": "api", "victim": "local"}
     api = {"backend": "openai", "model": "x", "price": {"prompt_per_1m": 1, "completion_per_1m": 1}}
     models = {"api": api, "local": SMOLLM}
+    cdv = {"search": search, "answer_prefix": "Answer:"}
     rows = {
-        r.cell.rsplit(" ", 1)[-1]: r
-        for r in cdv_search_bounds("d", [question, question], roles, search, models)
+        r.cell.rsplit(" ", 1)[-1]: r for r in cdv_search_bounds("d", [question, question], roles, cdv, models)
     }
     children = 2 * (4 - 1)  # expansions x wrong options
     assert rows["(proxy)"].calls == rows["(semantic)"].calls == 2 * children
@@ -200,12 +202,19 @@ def test_cdv_search_bound_counts_every_allowed_expansion():
     assert rows["(victim)"].completion_tokens == 2 * (1 + children) * (3 + 1) * 10
     assert rows["(proxy)"].completion_tokens == 2 * children * 20
     assert rows["(victim)"].cost_usd == 0 and rows["(proxy)"].cost_usd > 0
+    # A prefilled victim's prompts carry the prefix (one more message): the bound counts it.
+    prefilled = {**models, "local": {**SMOLLM, "answer_prefill": True}}
+    victim = cdv_search_bounds("d", [question, question], roles, cdv, prefilled)[-1]
+    assert victim.calls == rows["(victim)"].calls
+    assert victim.prompt_tokens > rows["(victim)"].prompt_tokens
 
 
 def test_cdv_eval_bound_asks_originals_and_successes():
     question = {"question": "2 + 2?", "choices": ["3", "4"], "answer_index": 1}
     cdv = {"search": {"max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0},
-           "mitigation": {"enabled": True}, "eval": {"max_tokens": 16}}  # fmt: skip
-    rows = cdv_eval_bounds("d", [question], "p/v", ["local"], cdv, {"local": SMOLLM})
+           "mitigation": {"enabled": True}, "eval": {"max_tokens": 16}, "answer_prefix": "Answer:"}  # fmt: skip
+    models = {"local": SMOLLM, "prefilled": {**SMOLLM, "answer_prefill": True}}
+    rows = cdv_eval_bounds("d", [question], "p/v", ["local", "prefilled"], cdv, models)
     successes = min(3, 5 * (2 - 1))
-    assert [r.calls for r in rows] == [2 * (1 + successes)]
+    assert [r.calls for r in rows] == [2 * (1 + successes)] * 2
+    assert rows[1].prompt_tokens > rows[0].prompt_tokens

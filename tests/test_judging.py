@@ -5,6 +5,7 @@ import pytest
 from stressprobe.errors import StressprobeError
 from stressprobe.judging import (
     CONDITIONS,
+    JudgeSettings,
     cell_personas,
     cell_summary,
     judge_cell,
@@ -93,7 +94,7 @@ def test_judge_cell_records_labels_statuses_and_label_distributions():
     )
     client = FakeClient(lambda r: next(answers))
     personas = cell_personas(TOPICS, "fixed", "gap", {"gap": "A rater."}, None, "")
-    records = judge_cell(client, summaries(), TOPICS, personas, TEMPLATE, 24, 5)
+    records = judge_cell(client, summaries(), TOPICS, personas, JudgeSettings(TEMPLATE, 24, 5))
 
     ok, unparsed, error = records
     assert (ok["label"], ok["status"], ok["raw"]) == (2, "ok", "##final score: 2")
@@ -130,7 +131,7 @@ def test_judge_cell_records_labels_statuses_and_label_distributions():
 def test_a_pair_whose_summary_failed_is_an_error_without_a_call():
     client = FakeClient(lambda r: Response(texts=["##final score: 1"]))
     records = judge_cell(
-        client, summaries(("ok", "error", "ok")), TOPICS, dict.fromkeys(TOPICS), TEMPLATE, 8, 0
+        client, summaries(("ok", "error", "ok")), TOPICS, dict.fromkeys(TOPICS), JudgeSettings(TEMPLATE, 8)
     )
     assert len(client.requests) == 2
     assert [r["status"] for r in records] == ["ok", "error", "ok"]
@@ -142,14 +143,15 @@ def test_a_pair_whose_summary_failed_is_an_error_without_a_call():
 
 def test_a_prefilled_judge_continues_the_answer_prefix():
     client = FakeClient(lambda r: Response(texts=[" 3\n\nThe passage answers it."]))
-    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), TEMPLATE, 8, 0, "##final score:")
+    prefilled = JudgeSettings(TEMPLATE, 8, prefill="##final score:")
+    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), prefilled)
     assert all(r.prefill == "##final score:" for r in client.requests)
     assert [(r["label"], r["raw"]) for r in records] == [
         (3, "##final score: 3\n\nThe passage answers it.")
     ] * 3
     # Without the prefill the same continuation is no answer in the required format.
     client = FakeClient(lambda r: Response(texts=[" 3 is what I think"]))
-    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), TEMPLATE, 8, 0)
+    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), JudgeSettings(TEMPLATE, 8))
     assert client.requests[0].prefill is None and {r["status"] for r in records} == {"unparsed"}
 
 

@@ -23,9 +23,9 @@ from typing import Any
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.io import atomic_write
 from stressprobe.judging import (
+    JudgeSettings,
     cell_personas,
     is_retrieved,
-    judge_cell_requests,
     passage_record,
     retrieved_personas,
     split_condition,
@@ -184,15 +184,13 @@ def judging_estimates(
             table = retrieved_personas(records, role, path)
         personas = cell_personas(topics, source, role, fixed_personas, table, path)
         for model in judging["models"]:
-            requests = judge_cell_requests(
-                texts,
-                topics,
-                personas,
+            settings = JudgeSettings(
                 templates["judge"],
                 judging["judge_max_tokens"],
                 judging["logprobs"],
                 answer_prefill(models[model], judging["answer_prefix"]),
             )
+            requests = settings.cell_requests(texts, topics, personas)
             rows.append(estimate_cell("judging", dataset, condition, model, models[model], requests, cache))
     return rows
 
@@ -220,7 +218,7 @@ def cdv_search_bounds(
     dataset: str,
     questions: Sequence[Mapping[str, Any]],
     roles: Mapping[str, str],
-    search: Mapping[str, Any],
+    cdv: Mapping[str, Any],
     models: Mapping[str, Mapping[str, Any]],
 ) -> list[CellEstimate]:
     """Upper bounds of one search cell's calls per role (proxy, semantic check, victim).
@@ -228,6 +226,8 @@ def cdv_search_bounds(
     Per question with k choices: the root's sampled and greedy victim calls, then per expansion (at most
     `max_expansions`) k - 1 children, each a proxy call, a semantic check and sampled + greedy victim calls.
     """
+    search = cdv["search"]
+    victim_prefill = answer_prefill(models[roles["victim"]], cdv["answer_prefix"])
     cell = f"search {roles['proxy']}/{roles['victim']}"
     per_role: dict[str, list[tuple[Request, int]]] = {"proxy": [], "semantic": [], "victim": []}
     for item in questions:
@@ -254,7 +254,7 @@ def cdv_search_bounds(
             )
         )
         for question, times in ((item["question"], 1), (longest, children)):
-            messages = victim_messages(question, choices)
+            messages = victim_messages(question, choices, prefill=victim_prefill)
             sampled = Request(messages=messages, max_tokens=search["victim_max_tokens"], n=search["samples"])
             greedy = Request(messages=messages, max_tokens=search["victim_max_tokens"])
             per_role["victim"] += [(sampled, times), (greedy, times)]
@@ -279,15 +279,19 @@ def cdv_eval_bounds(
     """
     search = cdv["search"]
     asks = 2 if cdv["mitigation"]["enabled"] else 1
-    requests = []
-    for item in questions:
-        children = search["max_expansions"] * (len(item["choices"]) - 1)
-        successes = min(search["max_candidates"] or children, children)
-        longest = longest_question(item, search["length_ratio_max"])
-        for question, times in ((item["question"], asks), (longest, asks * successes)):
-            messages = victim_messages(question, item["choices"])
-            requests.append((Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"]), times))
-    return [bound_row(dataset, f"eval {cell}", model, models[model], requests) for model in eval_models]
+    rows = []
+    for model in eval_models:
+        prefill = answer_prefill(models[model], cdv["answer_prefix"])
+        requests = []
+        for item in questions:
+            children = search["max_expansions"] * (len(item["choices"]) - 1)
+            successes = min(search["max_candidates"] or children, children)
+            longest = longest_question(item, search["length_ratio_max"])
+            for question, times in ((item["question"], asks), (longest, asks * successes)):
+                messages = victim_messages(question, item["choices"], prefill=prefill)
+                requests.append((Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"]), times))
+        rows.append(bound_row(dataset, f"eval {cell}", model, models[model], requests))
+    return rows
 
 
 def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:

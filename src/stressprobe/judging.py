@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -156,41 +157,34 @@ def summarize_pairs(
 # ---- judge cells ----
 
 
-def judge_request(
-    query: str,
-    text: str,
-    persona: str | None,
-    template: str,
-    max_tokens: int,
-    logprobs: int,
-    prefill: str | None = None,
-) -> Request:
-    """The request of one pair under one condition: greedy (temperature 0), top-k log-probabilities."""
-    return Request.chat(
-        user=judge_prompt(template, query, text, persona),
-        prefill=prefill,
-        max_tokens=max_tokens,
-        temperature=0.0,
-        logprobs=logprobs,
-    )
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How every pair of a judge cell is asked: the template, the answer's token limit, top-k
+    log-probabilities, and the start of the answer for models with `answer_prefill` (else None)."""
 
+    template: str
+    max_tokens: int
+    logprobs: int = 0
+    prefill: str | None = None
 
-def judge_cell_requests(
-    texts: Sequence[Mapping[str, Any]],
-    topics: Mapping[str, str],
-    personas: Mapping[str, str | None],
-    template: str,
-    max_tokens: int,
-    logprobs: int,
-    prefill: str | None = None,
-) -> list[Request]:
-    """The requests of one judge cell, one per judged text (a summary or a passage)."""
-    return [
-        judge_request(
-            topics[t["qid"]], t["summary"], personas[t["qid"]], template, max_tokens, logprobs, prefill
+    def request(self, query: str, text: str, persona: str | None) -> Request:
+        """The request of one pair under one condition: greedy (temperature 0)."""
+        return Request.chat(
+            user=judge_prompt(self.template, query, text, persona),
+            prefill=self.prefill,
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+            logprobs=self.logprobs,
         )
-        for t in texts
-    ]
+
+    def cell_requests(
+        self,
+        texts: Sequence[Mapping[str, Any]],
+        topics: Mapping[str, str],
+        personas: Mapping[str, str | None],
+    ) -> list[Request]:
+        """The requests of one judge cell, one per judged text (a summary or a passage)."""
+        return [self.request(topics[t["qid"]], t["summary"], personas[t["qid"]]) for t in texts]
 
 
 def expected_grade(probs: Mapping[str, float] | None) -> float | None:
@@ -236,19 +230,17 @@ def judge_cell(
     summaries: Sequence[Mapping[str, Any]],
     topics: Mapping[str, str],
     personas: Mapping[str, str | None],
-    template: str,
-    max_tokens: int,
-    logprobs: int,
-    prefill: str | None = None,
+    settings: JudgeSettings,
 ) -> list[dict[str, Any]]:
     """Judge every summarized pair of a dataset under one condition; records keep the summaries' order."""
     check_qids(summaries, topics, "summaries")
     judgeable = [s for s in summaries if s["status"] != "error"]
-    requests = judge_cell_requests(judgeable, topics, personas, template, max_tokens, logprobs, prefill)
-    responses = iter(client.generate(requests))
+    responses = iter(client.generate(settings.cell_requests(judgeable, topics, personas)))
     # A pair whose summary failed gets an `error` record without a call, in its place.
     return [
-        judgment_record(s, personas[s["qid"]], None if s["status"] == "error" else next(responses), prefill)
+        judgment_record(
+            s, personas[s["qid"]], None if s["status"] == "error" else next(responses), settings.prefill
+        )
         for s in summaries
     ]
 

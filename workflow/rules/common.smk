@@ -37,6 +37,8 @@ stop_on_error(
 )
 
 
+# Runs after planning, before the first job (never on a dry run). Snakemake has no public hook for the
+# jobs about to run; `workflow.dag` is its plan (checked in tests/test_faults.py on the pinned version).
 onstart:
     stop_on_error(check_outputs_writable, workflow.dag.needrun_jobs())
 
