@@ -1,7 +1,6 @@
 """DPO preference pairs (TRL DPOTrainer JSONL) from every cell's perturbed questions and evaluations."""
 
-from pathlib import Path
-
+from stressprobe.cdv import cell_of
 from stressprobe.cdv.dpo import preference_pairs, split_pairs
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.snakemake_io import run_script
@@ -11,13 +10,12 @@ def main(smk):
     pairs = []
     evals_by_cell = {}
     for path in smk.input.evals:
-        evals_by_cell.setdefault(str(Path(path).parent.parent), []).extend(read_jsonl(path))
+        evals_by_cell.setdefault(tuple(cell_of(path, 2).values()), []).extend(read_jsonl(path))
     for perturbed_path, search_path in zip(smk.input.perturbed, smk.input.searches, strict=True):
-        cell = Path(perturbed_path).parent
+        cell = cell_of(perturbed_path, 1)
         greedy = {r["node_id"]: r["greedy_raw"] for r in read_jsonl(search_path) if r["status"] == "success"}
-        dataset = cell.parts[-3]
         pairs += preference_pairs(
-            dataset, read_jsonl(perturbed_path), evals_by_cell.get(str(cell), []), greedy
+            cell["dataset"], read_jsonl(perturbed_path), evals_by_cell.get(tuple(cell.values()), []), greedy
         )
     train, test = split_pairs(pairs, smk.params.test_fraction, smk.params.seed)
     write_jsonl(smk.output.train, train)

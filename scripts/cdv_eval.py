@@ -10,8 +10,9 @@ from stressprobe.snakemake_io import cache_path, run_script
 def main(smk):
     questions = read_jsonl(smk.input.questions)
     perturbed = read_jsonl(smk.input.perturbed)
+    # Only cdv_eval has a baselines input (when baselines are enabled); cdv_mitigation never does.
     baselines = read_jsonl(smk.input.baselines) if hasattr(smk.input, "baselines") else []
-    items = eval_items(questions, perturbed, [] if smk.params.mitigation else baselines)
+    items = eval_items(questions, perturbed, baselines)
     model = smk.wildcards.model
     with role_clients(smk.params.models, {"eval": model}, cache_path(smk)) as clients:
         records = evaluate(

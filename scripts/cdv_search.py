@@ -19,10 +19,9 @@ log = logging.getLogger("stressprobe.cdv")
 
 def main(smk):
     questions = read_jsonl(smk.input.questions)
-    classifier = smk.params.classifier
     settings = SearchSettings(
         **smk.params.search,
-        classifier_threshold=classifier["threshold"],
+        classifier_threshold=smk.params.classifier_threshold,
         seed=smk.params.seed,
         victim_prefill=smk.params.victim_prefill,
     )

@@ -5,15 +5,15 @@ from pathlib import Path
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
 from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl
-from stressprobe.prompts import load_template
+from stressprobe.prompts import JUDGE_PLACEHOLDERS, SUMMARY_PLACEHOLDERS, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
 def main(smk):
     judging = smk.params.judging
     templates = {
-        "judge": load_template(smk.input.judge_template, required=("query", "passage")),
-        "summary": load_template(smk.input.summary_template, required=("passage",)),
+        "judge": load_template(smk.input.judge_template, required=JUDGE_PLACEHOLDERS),
+        "summary": load_template(smk.input.summary_template, required=SUMMARY_PLACEHOLDERS),
     }
     cache = CacheView(cache_path(smk))
     rows = []
@@ -49,9 +49,9 @@ def main(smk):
         rows += cdv_eval_bounds(
             dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models
         )
-    write_estimate(rows, smk.output.csv, smk.output.md)
+    markdown = write_estimate(rows, smk.output.csv, smk.output.md)
     log.info("%d cells, %d calls to make", len(rows), sum(r.to_call for r in rows))
-    print(Path(smk.output.md).read_text(encoding="utf-8"))
+    print(markdown)
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -4,15 +4,13 @@ from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.judging import (
     JudgeSettings,
-    cell_personas,
     cell_summary,
-    is_retrieved,
+    condition_personas,
     judge_cell,
-    retrieved_personas,
     split_condition,
 )
 from stressprobe.llm import open_client
-from stressprobe.prompts import load_template
+from stressprobe.prompts import JUDGE_PLACEHOLDERS, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
@@ -20,12 +18,12 @@ def main(smk):
     source, role = split_condition(f"{smk.wildcards.source}/{smk.wildcards.role}")
     summaries = read_jsonl(smk.input.summaries)
     topics = read_topics(smk.input.topics)
-    template = load_template(smk.input.template, required=("query", "passage"))
-    table = None
-    if is_retrieved(source):
-        table = retrieved_personas(read_jsonl(smk.input.personas), role, smk.input.personas)
+    template = load_template(smk.input.template, required=JUDGE_PLACEHOLDERS)
+    # The workflow passes a persona table only to retrieved conditions.
+    path = smk.input.get("personas", "")
+    records = read_jsonl(path) if path else None
     fixed = {role: smk.params.persona} if smk.params.persona is not None else {}
-    personas = cell_personas(topics, source, role, fixed, table, smk.input.get("personas", ""))
+    personas = condition_personas(topics, source, role, fixed, records, path)
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
         settings = JudgeSettings(template, smk.params.max_tokens, smk.params.logprobs, smk.params.prefill)
         records = judge_cell(client, summaries, topics, personas, settings)

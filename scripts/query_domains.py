@@ -1,5 +1,7 @@
 """Each selected query's taxonomy domain: from the dataset's mapping file, or by embedding similarity."""
 
+from functools import cache
+
 from stressprobe.datasets import read_topics
 from stressprobe.embedding import load_embedder
 from stressprobe.io import atomic_write
@@ -8,9 +10,14 @@ from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
-    def embed(texts):
+    # One model per job: domains_for_queries embeds twice (queries, then domains); none with a mapping file.
+    @cache
+    def embedder():
         settings = smk.params.embedding
-        return load_embedder(settings["model"], settings["batch_size"], threads=smk.threads).embed(texts)
+        return load_embedder(settings["model"], settings["batch_size"], threads=smk.threads)
+
+    def embed(texts):
+        return embedder().embed(texts)
 
     mapping = domains_for_queries(
         smk.wildcards.dataset,

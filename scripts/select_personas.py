@@ -1,7 +1,5 @@
 """Retrieve the query, domain and orthogonal personas of every query of a dataset from one pool."""
 
-from pathlib import Path
-
 from stressprobe.datasets import read_topics
 from stressprobe.embedding import load_embedder, load_vectors
 from stressprobe.io import read_jsonl, write_jsonl
@@ -14,8 +12,9 @@ def main(smk):
     pool_vectors = load_vectors(smk.input.embeddings, len(pool))
     topics = read_topics(smk.input.topics)
     query_domains = read_domain_mapping(smk.input.domains, topics, known=None)
+    # The workflow passes the taxonomy only when the file exists.
     taxonomy_path = getattr(smk.input, "taxonomy", None)
-    taxonomy = read_taxonomy(taxonomy_path) if taxonomy_path and Path(taxonomy_path).is_file() else None
+    taxonomy = read_taxonomy(taxonomy_path) if taxonomy_path else None
     texts = domain_texts(query_domains.values(), taxonomy)
     embedder = load_embedder(
         smk.params.embedding["model"], smk.params.embedding["batch_size"], threads=smk.threads

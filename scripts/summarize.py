@@ -1,11 +1,11 @@
 """Summarize every pair of a dataset once (or pass the passages through when summarization is off)."""
 
 from stressprobe.datasets import read_topics
-from stressprobe.io import read_jsonl, write_jsonl
+from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.judging import summarize_pairs
 from stressprobe.llm import open_client
-from stressprobe.llm.usage import Usage, usage_record, write_usage
-from stressprobe.prompts import load_template
+from stressprobe.llm.usage import Usage, usage_record
+from stressprobe.prompts import SUMMARY_PLACEHOLDERS, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
@@ -14,9 +14,9 @@ def main(smk):
     topics = read_topics(smk.input.topics)
     if smk.params.summarizer is None:
         records = summarize_pairs(None, pairs, topics, "", 0)
-        write_usage(smk.output.usage, usage_record("none", "none", Usage(), None))
+        write_json(smk.output.usage, usage_record("none", "none", Usage(), None))
     else:
-        template = load_template(smk.input.template, required=("passage",))
+        template = load_template(smk.input.template, required=SUMMARY_PLACEHOLDERS)
         with open_client(smk.params.models, smk.params.summarizer, cache_path(smk)) as client:
             records = summarize_pairs(client, pairs, topics, template, smk.params.max_tokens)
             client.write_usage(smk.output.usage)

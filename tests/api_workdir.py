@@ -24,7 +24,6 @@ from helpers import ROOT, run_snakemake, snakemake_command
 API_CONFIG = ROOT / "tests" / "configs" / "api.yaml"
 KEY_ENV = "STRESSPROBE_TEST_API_KEY"
 DATASET = "tiny"
-CDV_DATASET = "tinyqa"
 
 TOPICS = [
     "what causes ocean tides",
@@ -115,12 +114,11 @@ def judge_cell(workdir: Path, condition: str = "baseline/umbrela", model: str = 
         "judgments": base.with_suffix(".jsonl"),
         "usage": base.with_suffix(".usage.json"),
         "summary": base.with_suffix(".summary.json"),
-        "target": base.with_suffix(".jsonl"),
         "log": workdir / "results" / "logs" / "judging" / DATASET / "judge" / model / f"{condition}.log",
     }
 
 
-def workflow_env(api_key: str | None) -> dict[str, str]:
+def key_env(api_key: str | None) -> dict[str, str]:
     """The key in the variable the config names (None: the variable stays unset)."""
     return {} if api_key is None else {KEY_ENV: api_key}
 
@@ -129,9 +127,7 @@ def run_workflow(
     workdir: Path, config: Path, *targets: str, api_key: str | None = "sk-test-unused", check: bool = True
 ) -> subprocess.CompletedProcess:
     """Build `targets` (paths relative to workdir) with `config`; blocks until snakemake exits."""
-    return run_snakemake(
-        workdir, *targets, configfile=config, check=check, env=workflow_env(api_key), timeout=300
-    )
+    return run_snakemake(workdir, *targets, configfile=config, check=check, env=key_env(api_key), timeout=300)
 
 
 def start_workflow(
@@ -143,7 +139,7 @@ def start_workflow(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=helpers.workflow_env(workflow_env(api_key)),
+        env=helpers.workflow_env(key_env(api_key)),
         start_new_session=True,
     )
 

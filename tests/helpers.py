@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,10 +74,3 @@ def snakemake_command(workdir: Path, configfile: Path, *args: str) -> list[str]:
 def workflow_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a workflow run: this one, offline for Hugging Face, plus `extra`."""
     return {**os.environ, "HF_HUB_OFFLINE": "1", **(extra or {})}
-
-
-def copy_config(src: Path, dst: Path) -> Path:
-    """Copy a config so that a test can edit it without touching the project's."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(src, dst)
-    return dst

@@ -152,6 +152,28 @@ def test_displacement_frame_matches_hand_derived_ranks():
         assert got == expected
 
 
+def test_displacement_without_a_baseline_condition_is_empty_and_tables_accept_it(tmp_path):
+    # `judging.conditions: [fixed/gap]` is valid config: no condition has a UMBRELA baseline to compare with.
+    order = {"dataset": ["d"], "model": ["m1"], "condition": ["fixed/gap"]}
+    rows = [
+        ("d", m, c, r, s)
+        for m, c in (("human", "human/human"), ("m1", "fixed/gap"))
+        for r, s in (("a", 0.5), ("b", 0.4))
+    ]
+    systems = analysis.categorize(
+        pd.DataFrame(rows, columns=["dataset", "model", "condition", "run", "ndcg"]), order
+    )
+    frame = analysis.displacement_frame(systems)
+    assert frame.empty
+    assert list(frame.columns) == ["dataset", "model", "condition", "run", "delta_rank", "delta_ndcg"]
+    analysis.write_displacement_table(systems, tmp_path / "table5")
+    analysis.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6")
+    analysis.write_sensitive_systems(systems, {}, 3, tmp_path / "table7")
+    analysis.write_direction_consistency(systems, tmp_path / "direction", tmp_path / "counts")
+    for stem in ("table5", "table6", "table7", "direction", "counts"):
+        assert (tmp_path / f"{stem}.csv").is_file()
+
+
 def test_table5_per_condition_averages_over_models():
     systems, scores = systems_frame()
     table = analysis.displacement_by_condition_table(analysis.displacement_frame(systems)).iloc[0]

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 from analysis_fixtures import DatasetSpec, StudySpec, write_study_files
-from helpers import TINY_CONFIG, run_snakemake
+from helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
 RULES = re.findall(r"^rule (\w+):", (ROOT / "workflow" / "rules" / "analysis.smk").read_text(), flags=re.M)
 TARGET_RULES = [r for r in RULES if r not in ("analysis_judgments", "analysis_systems")]
 
@@ -23,7 +22,7 @@ TARGET_RULES = [r for r in RULES if r not in ("analysis_judgments", "analysis_sy
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     """A workdir with the tiny config's judging cells as synthetic files, analysed once."""
-    workdir = tmp_path_factory.mktemp("analysis_rules")
+    workdir = make_workdir(tmp_path_factory.mktemp("analysis_rules"))
     config = yaml.safe_load(TINY_CONFIG.read_text())
     judging = config["judging"]
     spec = StudySpec(
@@ -32,7 +31,6 @@ def study(tmp_path_factory):
         conditions=judging["conditions"],
     )
     write_study_files(workdir, spec)
-    (workdir / "resources").symlink_to(ROOT / "resources")
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     run_snakemake(workdir, *TARGET_RULES, *allowed(), configfile=configfile)

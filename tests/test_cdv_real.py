@@ -2,14 +2,16 @@
 
 import pytest
 import yaml
-from helpers import TINY_CONFIG, run_snakemake, shared_data
+from helpers import ROOT, TINY_CONFIG, run_snakemake, shared_data
 
 from stressprobe.cdv.questions import prepare_questions
 from stressprobe.cdv.search import SearchSettings, audit_successes, run_search, search_records
+from stressprobe.config import validate_config
 from stressprobe.io import read_jsonl
-from stressprobe.llm import open_client
+from stressprobe.llm import answer_prefill, open_client
 
 MODELS = yaml.safe_load(TINY_CONFIG.read_text())["models"]
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 SETTINGS = SearchSettings(samples=2, max_expansions=1, victim_max_tokens=32, proxy_max_tokens=32)
 STATUSES = {
     "root",
@@ -60,9 +62,14 @@ def test_tiny_cdv_workflow_reruns_nothing_and_successes_pass_the_audit(workdir, 
     run_snakemake(workdir, *cdv_targets())
     again = run_snakemake(workdir, "-n", *cdv_targets())
     assert "Nothing to be done" in again.stdout + again.stderr
-    config = yaml.safe_load(TINY_CONFIG.read_text())["cdv"]
+    # The audit asks exactly what the workflow's search asked: same samples, length, seed and answer prefill.
+    full = validate_config(yaml.safe_load(TINY_CONFIG.read_text()), SCHEMA)
+    config = full["cdv"]
     settings = SearchSettings(
-        samples=config["search"]["samples"], victim_max_tokens=config["search"]["victim_max_tokens"], seed=42
+        samples=config["search"]["samples"],
+        victim_max_tokens=config["search"]["victim_max_tokens"],
+        seed=full["seed"],
+        victim_prefill=answer_prefill(MODELS["smollm2-135m"], config["answer_prefix"]),
     )
     for dataset in config["datasets"]:
         questions = read_jsonl(workdir / f"results/cdv/data/{dataset}.jsonl")

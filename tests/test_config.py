@@ -54,6 +54,8 @@ BASE = {"models": {"m": {"backend": "llamacpp", "gguf": "x.gguf"}}}
             "integer",
         ),
         ({"judging": {"models": ["nope"]}}, "judging.models[0]", "'nope' is not in the 'models' registry"),
+        # A family's default fills only when it is absent: a partial one is an error, not a KeyError later.
+        ({"resources": {"small": {"mem_mb": 2000}}}, "resources.small", "'runtime' is a required property"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(patch, key, words):

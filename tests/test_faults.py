@@ -84,7 +84,7 @@ def test_judging_cell_completes_under_faults(tmp_path):
     cell = judge_cell(workdir)
     with OpenAIServer(faults=FAULTS, seed=SERVER_SEED, timeout_sleep=2.0, retry_after=0.05) as server:
         config = write_api_config(workdir, server.base_url, {"models.api.max_retries": MAX_RETRIES})
-        run_workflow(workdir, config, str(cell["target"].relative_to(workdir)))
+        run_workflow(workdir, config, str(cell["judgments"].relative_to(workdir)))
         sequences = outcome_sequences(server)
         seen = set(server.outcomes)
 
@@ -216,7 +216,7 @@ def fails_cleanly_then_recovers(workdir: Path, make_room) -> int:
     """The cell fails with one error line and no outputs; after `make_room()` a rerun completes it without
     asking the server for any call twice. Returns the number of calls the failed run paid for."""
     cell = judge_cell(workdir)
-    target = str(cell["target"].relative_to(workdir))
+    target = str(cell["judgments"].relative_to(workdir))
     with OpenAIServer() as server:
         config = write_api_config(workdir, server.base_url)
         failed = run_workflow(workdir, config, target, check=False)

@@ -49,7 +49,7 @@ def test_killed_judging_cell_resumes_without_paying_twice(tmp_path):
     workdir = make_workdir(tmp_path / "killed")
     write_judging_data(workdir)
     cell = judge_cell(workdir)
-    target = str(cell["target"].relative_to(workdir))
+    target = str(cell["judgments"].relative_to(workdir))
     # One request at a time, 0.4 s each: the kill lands in the middle of the cell.
     with OpenAIServer(latency=0.4) as server:
         config = write_api_config(workdir, server.base_url, {"models.api.concurrency": 1})
@@ -123,7 +123,7 @@ def test_two_jobs_sharing_one_cache(tmp_path):
                 workdir, server.base_url, {"cache.path": str(shared_cache), "models.api.concurrency": 2}
             )
             procs.append(
-                start_workflow(workdir, config, str(judge_cell(workdir)["target"].relative_to(workdir)))
+                start_workflow(workdir, config, str(judge_cell(workdir)["judgments"].relative_to(workdir)))
             )
         for proc in procs:
             _, err = proc.communicate(timeout=300)

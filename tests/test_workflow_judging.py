@@ -1,8 +1,8 @@
 """End-to-end runs of the judging rules (summaries, judge cells, qrels, nDCG) in scratch directories."""
 
 import json
-import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,9 @@ from stressprobe.datasets import read_qrels, read_run, read_run_names, read_topi
 from stressprobe.evaluation import read_ndcg_table
 from stressprobe.io import read_jsonl
 
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_dag import job_counts  # noqa: E402  (the dry-run table parser the DAG benchmark uses)
+
 MODEL = "smollm2-135m"
 JUDGMENT_KEYS = {"qid", "docid", "label", "raw", "status", "probs", "expected", "persona"}
 
@@ -24,12 +27,6 @@ def write_config(path: Path, base: Path, edit) -> Path:
     edit(config)
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path
-
-
-def job_counts(proc) -> dict[str, int]:
-    """The `Job stats` table of a (dry) run: rule -> number of jobs."""
-    table = (proc.stdout + proc.stderr).split("Job stats:", 1)[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.MULTILINE)}
 
 
 def cell_files(workdir: Path, dataset: str, condition: str) -> dict[str, Path]:
@@ -46,7 +43,7 @@ def cell_files(workdir: Path, dataset: str, condition: str) -> dict[str, Path]:
 def test_dry_run_of_the_default_config_lists_one_judge_job_per_cell(workdir):
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text(encoding="utf-8"))["judging"]
     proc = run_snakemake(workdir, "-n", configfile=ROOT / "config" / "config.yaml")
-    counts = job_counts(proc)
+    counts = job_counts(proc.stdout + proc.stderr)
     cells = len(config["datasets"]) * len(config["models"]) * len(config["conditions"])
     assert counts["judge"] == cells
     assert counts["judge_qrels"] == cells
@@ -64,7 +61,7 @@ def test_cells_run_alone_rerun_nothing_and_cost_no_calls_from_the_cache(workdir)
     # one cell: just it and what it needs (data, summaries), no persona retrieval, no other cell
     proc = run_snakemake(workdir, str(fixed["judgments"].relative_to(workdir)))
     assert fixed["judgments"].is_file() and fixed["usage"].is_file() and fixed["summary"].is_file()
-    assert set(job_counts(proc)) - {"total"} <= {"prepare_dataset", "summarize", "judge"}
+    assert set(job_counts(proc.stdout + proc.stderr)) - {"total"} <= {"prepare_dataset", "summarize", "judge"}
     assert not (workdir / "results" / "judging" / dataset / "personas").exists()
     assert len(list((workdir / "results" / "judging" / dataset / "judgments").rglob("*.jsonl"))) == 1
     again = run_snakemake(workdir, "-n", str(fixed["judgments"].relative_to(workdir)))
@@ -134,7 +131,11 @@ def test_external_judgments_are_evaluated_as_a_further_model(workdir, tmp_path):
     configfile = write_config(tmp_path / "config.yaml", TINY_CONFIG, register)
     target = "results/judging/demo-dl/ndcg/paper/baseline/umbrela.tsv"
     proc = run_snakemake(workdir, target, configfile=configfile)
-    assert set(job_counts(proc)) - {"total"} == {"prepare_dataset", "external_qrels", "ndcg"}
+    assert set(job_counts(proc.stdout + proc.stderr)) - {"total"} == {
+        "prepare_dataset",
+        "external_qrels",
+        "ndcg",
+    }
     qrels = read_qrels(workdir / "results/judging/demo-dl/qrels/paper/baseline/umbrela.qrels")
     selected = read_topics(workdir / "results/data/demo-dl/topics.tsv")
     full = read_qrels(external)

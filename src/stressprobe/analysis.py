@@ -20,12 +20,10 @@ from stressprobe.datasets import Qrels, read_qrels, read_run_metadata, read_topi
 from stressprobe.errors import StressprobeError
 from stressprobe.evaluation import MEASURE, read_ndcg_table
 from stressprobe.io import atomic_write, read_jsonl
-from stressprobe.judging import CONDITIONS, HUMAN
+from stressprobe.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
 
 BASELINE = CONDITIONS[0]
-HUMAN_CONDITION = f"{HUMAN}/{HUMAN}"
 SHIFTS = tuple(range(-3, 4))
-SOURCES = ("personahub", "uspersona")
 _CELL = ["dataset", "model", "condition"]
 
 
@@ -350,7 +348,10 @@ def displacement_frame(systems: pd.DataFrame) -> pd.DataFrame:
                 }
             )
         )
-    return with_categories_of(pd.concat(parts, ignore_index=True), systems)
+    # No non-baseline condition with a baseline (e.g. `conditions: [fixed/gap]`) leaves no parts.
+    columns = ["dataset", "model", "condition", "run", "delta_rank", "delta_ndcg"]
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    return with_categories_of(frame, systems)
 
 
 def displacement_by_condition_table(displacement: pd.DataFrame) -> pd.DataFrame:
@@ -498,12 +499,12 @@ def persona_source_table(
         merged = merged.merge(part.astype({c: str for c in _CELL}), on=_CELL, how="left")
     source_role = merged["condition"].str.split("/", n=1, expand=True)
     merged = merged.assign(source=source_role[0], role=source_role[1])
-    merged = merged[merged["source"].isin(SOURCES)]
+    merged = merged[merged["source"].isin(RETRIEVED_SOURCES)]
     rows = []
     for (dataset, model, role), block in merged.groupby(["dataset", "model", "role"], sort=False):
         row = {"dataset": dataset, "model": model, "role": role}
         for metric in ("κ vs UMBRELA", "W%", "τ-b", "RBO", "mean |Δr|"):
-            for source, short in zip(SOURCES, ("PH", "US"), strict=True):
+            for source, short in zip(RETRIEVED_SOURCES, ("PH", "US"), strict=True):
                 value = block.loc[block["source"] == source, metric]
                 row[f"{metric} {short}"] = value.iloc[0] if len(value) else math.nan
         rows.append(row)

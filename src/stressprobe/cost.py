@@ -24,16 +24,17 @@ from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_me
 from stressprobe.io import atomic_write
 from stressprobe.judging import (
     JudgeSettings,
-    cell_personas,
+    condition_personas,
     is_retrieved,
+    judgeable,
     passage_record,
-    retrieved_personas,
     split_condition,
     summary_requests,
 )
 from stressprobe.llm import Request, answer_prefill
-from stressprobe.llm.backends.llamacpp import gguf_identity, resolve_package_file
+from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.cache import ResponseCache, cache_key
+from stressprobe.llm.usage import cost_usd
 
 CHARS_PER_TOKEN = 4
 # OpenAI's counting recipe for chat prompts: each message carries ~4 tokens of role and separators, and
@@ -58,13 +59,6 @@ class CellEstimate:
     cost_usd: float
 
 
-def model_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The model's identity in cache keys, as its backend computes it (without loading the model)."""
-    if entry["backend"] == "llamacpp":
-        return gguf_identity(resolve_package_file(str(entry["gguf"]), f"models.{name}.gguf"))
-    return {"backend": entry["backend"], "model": entry["model"]}
-
-
 def prompt_tokens(request: Request) -> int:
     """Estimated prompt tokens of a chat request."""
     text_tokens = sum(math.ceil(len(content) / CHARS_PER_TOKEN) for _, content in request.messages)
@@ -78,8 +72,7 @@ def completion_tokens(request: Request) -> int:
 
 def price_usd(entry: Mapping[str, Any], prompt: int, completion: int) -> float:
     """Dollars for the tokens at the model entry's prices (USD per million tokens; local models cost 0)."""
-    price = entry.get("price") or {}
-    return (prompt * price.get("prompt_per_1m", 0) + completion * price.get("completion_per_1m", 0)) / 1e6
+    return cost_usd(prompt, completion, entry.get("price"))
 
 
 class CacheView:
@@ -106,7 +99,7 @@ def estimate_cell(
     cache: CacheView,
 ) -> CellEstimate:
     """Count a cell's distinct requests, drop the cached ones, and price the rest."""
-    identity = model_identity(model, entry)
+    identity = backend_identity(model, entry)
     unique = dict(zip((cache_key(identity, r) for r in requests), requests, strict=True))
     done = cache.cached(list(unique))
     todo = [r for key, r in unique.items() if key not in done]
@@ -148,7 +141,7 @@ def judged_texts(
     if not summarized:
         return [passage_record(pair) for pair in pairs]
     if summaries is not None:
-        return [s for s in summaries if s["status"] != "error"]
+        return judgeable(summaries)
     return stand_in_summaries(pairs, summary_max_tokens)
 
 
@@ -178,11 +171,8 @@ def judging_estimates(
     texts = judged_texts(pairs, summaries, summarizer is not None, judging["summary_max_tokens"])
     for condition in judging["conditions"]:
         source, role = split_condition(condition)
-        table, path = None, ""
-        if is_retrieved(source):
-            records, path = persona_tables[source]
-            table = retrieved_personas(records, role, path)
-        personas = cell_personas(topics, source, role, fixed_personas, table, path)
+        records, path = persona_tables[source] if is_retrieved(source) else (None, "")
+        personas = condition_personas(topics, source, role, fixed_personas, records, path)
         for model in judging["models"]:
             settings = JudgeSettings(
                 templates["judge"],
@@ -339,6 +329,9 @@ def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
     return "\n".join(lines) + "\n" + notes
 
 
-def write_estimate(rows: Sequence[CellEstimate], csv_path: str | Path, md_path: str | Path) -> None:
+def write_estimate(rows: Sequence[CellEstimate], csv_path: str | Path, md_path: str | Path) -> str:
+    """Write the estimate as CSV and Markdown; return the Markdown (the job prints it)."""
+    markdown = estimate_markdown(rows)
     atomic_write(csv_path, estimate_csv(rows))
-    atomic_write(md_path, estimate_markdown(rows))
+    atomic_write(md_path, markdown)
+    return markdown

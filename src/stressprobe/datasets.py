@@ -7,7 +7,6 @@ naming file and line; the few tolerable irregularities are logged and counted (s
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stressprobe.errors import StressprobeError
-from stressprobe.io import read_text_lines, read_tsv_lines
+from stressprobe.io import iter_jsonl, read_text_lines, read_tsv_lines
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +23,7 @@ Qrels = dict[str, dict[str, int]]  # qid -> docid -> grade
 Run = dict[str, dict[str, float]]  # qid -> docid -> score
 PassageLookup = Callable[[set[str]], dict[str, str]]  # wanted docids -> {docid: text} (those found)
 
-GRADES = (0, 1, 2, 3)
+GRADES = (0, 1, 2, 3)  # the relevance scale of qrels, judge labels and κ tables
 RUN_SUFFIX = ".run"
 PASSAGE_ID_KEYS = ("docid", "doc_id", "id", "_id", "docno")
 PASSAGE_TEXT_KEYS = ("text", "contents", "segment", "body")
@@ -177,23 +176,19 @@ def read_passages(path: str | Path, wanted: set[str]) -> dict[str, str]:
 
     Only wanted passages are kept, so a full collection can be given without loading it into memory.
     """
-    is_json = Path(path).suffix in (".jsonl", ".json")
     found: dict[str, str] = {}
+    if Path(path).suffix in (".jsonl", ".json"):
+        for lineno, record in iter_jsonl(path):
+            docid, text = passage_from_json(record, f"{path}:{lineno}")
+            if docid in wanted:
+                found[docid] = text.strip()
+        return found
     for lineno, line in read_text_lines(path):
         if not line.strip():
             continue
-        if is_json:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise StressprobeError(f"{path}:{lineno}: not valid JSON ({exc.msg}); fix the line") from None
-            if not isinstance(record, dict):
-                raise StressprobeError(f"{path}:{lineno}: expected a JSON object per line")
-            docid, text = passage_from_json(record, f"{path}:{lineno}")
-        else:
-            docid, sep, text = line.partition("\t")
-            if not sep:
-                raise StressprobeError(f"{path}:{lineno}: expected 'docid<TAB>text'; fix the line")
+        docid, sep, text = line.partition("\t")
+        if not sep:
+            raise StressprobeError(f"{path}:{lineno}: expected 'docid<TAB>text'; fix the line")
         if docid in wanted:
             found[docid] = text.strip()
     return found
@@ -327,7 +322,8 @@ def select_queries(
 
     Listed qids may be numbers (YAML reads `[1030303]` as an int); they are compared as text.
     """
-    judged = sorted(set(judged))
+    judged_set = set(judged)  # built once for the membership checks below
+    judged = sorted(judged_set)
     if queries is None:
         return judged
     if isinstance(queries, int):
@@ -337,7 +333,7 @@ def select_queries(
             )
         return sorted(random.Random(seed).sample(judged, queries))
     queries = [str(q) for q in queries]
-    unknown = [q for q in queries if q not in set(judged)]
+    unknown = [q for q in queries if q not in judged_set]
     if unknown:
         raise StressprobeError(
             f"config key '{key}': query '{unknown[0]}' is not a judged query of the dataset; fix the list"

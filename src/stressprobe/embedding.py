@@ -8,7 +8,6 @@ downloaded (`HF_HUB_OFFLINE=1`).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -21,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from stressprobe.errors import StressprobeError
+from stressprobe.io import PACKAGE_PREFIX, atomic_target, package_file
 
 log = logging.getLogger(__name__)
 
-PACKAGE_PREFIX = "package:"
 MODEL_MARKERS = ("modules.json", "config_sentence_transformers.json", "config.json")
 
 
@@ -32,23 +31,6 @@ def default_cache_dir() -> Path:
     """Where extracted models live: `$XDG_CACHE_HOME/stressprobe/models` (default `~/.cache/...`)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "stressprobe" / "models"
-
-
-def locate_package_file(spec: str) -> Path:
-    """The path of `package:<module>/<file>`, found with importlib's finder (the module is not imported)."""
-    module, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
-    if not module or not relative:
-        raise StressprobeError(f"model '{spec}': expected 'package:<module>/<file>'")
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.submodule_search_locations:
-        raise StressprobeError(f"model '{spec}': Python package '{module}' is not installed; install it")
-    path = Path(next(iter(found.submodule_search_locations))) / relative
-    if not path.exists():
-        raise StressprobeError(f"model '{spec}': {path} does not exist in the installed package")
-    return path
 
 
 def zip_fingerprint(zip_path: Path) -> str:
@@ -97,7 +79,8 @@ def extract_once(zip_path: Path, cache_dir: Path) -> Path:
 
 def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> Path:
     """A local sentence-transformers folder for a folder path, a zip, or a `package:` spec."""
-    path = locate_package_file(spec) if spec.startswith(PACKAGE_PREFIX) else Path(spec)
+    is_package = spec.startswith(PACKAGE_PREFIX)
+    path = package_file(spec, "embedding model") if is_package else Path(spec)
     if not path.exists():
         raise StressprobeError(f"embedding model '{spec}': {path} does not exist; fix 'embedding.model'")
     if path.is_file() and zipfile.is_zipfile(path):
@@ -145,15 +128,8 @@ def load_embedder(
 
 def save_vectors(path: str | Path, vectors: np.ndarray) -> None:
     """Write an `.npy` file atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, vectors)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_target(path) as tmp, open(tmp, "wb") as handle:
+        np.save(handle, vectors)
 
 
 def load_vectors(path: str | Path, rows: int) -> np.ndarray:

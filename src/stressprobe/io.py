@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -12,29 +14,37 @@ from typing import Any
 from stressprobe.errors import StressprobeError
 
 
-def atomic_write(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` so that a reader never sees a partial file.
+@contextlib.contextmanager
+def atomic_target(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temporary path next to `path` to write to; it replaces `path` only once the block succeeds.
 
-    The text goes to a temporary file in the same directory, is flushed to disk and then renamed over
-    `path`: a killed job or a full disk leaves either the old file or none, never a truncated one.
+    A killed job or a full disk leaves either the old file or none, never a truncated one. The temporary
+    file is in the same directory (a rename across file systems would not be atomic) and is removed when
+    the block fails; `suffix` keeps the extension for writers that infer the format from it.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        os.close(fd)
+        yield Path(tmp)
         os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise StressprobeError(
             f"{path}: cannot write ({exc.strerror}); check free space and permissions"
         ) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def atomic_write(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` so that a reader never sees a partial file (flushed to disk before the rename)."""
+    with atomic_target(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
@@ -66,9 +76,8 @@ def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
             yield lineno, line.rstrip("\r\n")
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a JSON-lines file; blank lines are skipped, a malformed line names file and line."""
-    records = []
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield `(line_number, record)` of a JSON-lines file; blank lines are skipped, a bad line names file and line."""
     for lineno, line in read_text_lines(path):
         if not line.strip():
             continue
@@ -80,8 +89,12 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
             ) from None
         if not isinstance(record, dict):
             raise StressprobeError(f"{path}:{lineno}: expected a JSON object per line")
-        records.append(record)
-    return records
+        yield lineno, record
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a JSON-lines file; blank lines are skipped, a malformed line names file and line."""
+    return [record for _, record in iter_jsonl(path)]
 
 
 def read_tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
@@ -89,6 +102,32 @@ def read_tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
     for lineno, line in read_text_lines(path):
         if line.strip():
             yield lineno, line.split("\t")
+
+
+PACKAGE_PREFIX = "package:"
+
+
+def package_file(spec: str, where: str) -> Path:
+    """The existing file `package:<module>/<file>` names in an installed package; `where` opens each error.
+
+    Found with importlib's finder, without importing the package (some print or load models on import).
+    """
+    module, _, relative = spec.removeprefix(PACKAGE_PREFIX).partition("/")
+    if not module or not relative:
+        raise StressprobeError(f"{where}: expected 'package:<module>/<file>'")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a dotted name whose parent package is missing, or a malformed name
+        found = None
+    if found is None or not found.submodule_search_locations:
+        raise StressprobeError(
+            f"{where}: package {module!r} of {spec!r} cannot be found ({module!r} is not installed); "
+            "pip install it or give a path to the file"
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / relative
+    if not path.exists():
+        raise StressprobeError(f"{where}: {path} does not exist in the installed package")
+    return path
 
 
 def output_path_problem(path: str | os.PathLike) -> str | None:

@@ -28,6 +28,7 @@ CONDITIONS = (
 )
 RETRIEVED_SOURCES = ("personahub", "uspersona")
 HUMAN = "human"  # human qrels are evaluated as model `human`, condition `human/human`
+HUMAN_CONDITION = f"{HUMAN}/{HUMAN}"
 STATUSES = ("ok", "unparsed", "error")
 
 
@@ -89,6 +90,26 @@ def cell_personas(
             f"{path}: no {role} persona for qid(s) {', '.join(missing[:5])}; rebuild the persona table"
         )
     return {qid: table[qid] for qid in qids}
+
+
+def condition_personas(
+    qids: Iterable[str],
+    source: str,
+    role: str,
+    fixed: Mapping[str, str],
+    records: Iterable[Mapping[str, Any]] | None,
+    path: str,
+) -> dict[str, str | None]:
+    """qid -> persona of one condition, from the source's persona table `records` (read from `path`).
+
+    The judge job and the cost estimate both build a cell's personas here, so they cannot drift apart.
+    `records` is only needed (and only read) for retrieved sources.
+    """
+    table = None
+    if is_retrieved(source):
+        assert records is not None, "retrieved conditions need their persona table"
+        table = retrieved_personas(records, role, path)
+    return cell_personas(qids, source, role, fixed, table, path)
 
 
 def check_qids(pairs: Iterable[Mapping[str, Any]], topics: Mapping[str, str], what: str) -> None:
@@ -157,6 +178,11 @@ def summarize_pairs(
 # ---- judge cells ----
 
 
+def judgeable(summaries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The summaries a judge is asked about: all but failed ones (those get an `error` record, no call)."""
+    return [s for s in summaries if s["status"] != "error"]
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
     """How every pair of a judge cell is asked: the template, the answer's token limit, top-k
@@ -213,7 +239,7 @@ def judgment_record(
         }
     answer = (prefill or "") + response.text
     label = parse_label(answer)
-    probs = label_distribution(response.top_logprobs, LABELS) if response.top_logprobs else None
+    probs = label_distribution(response.top_logprobs, LABELS)
     return {
         **record,
         "label": label,
@@ -234,8 +260,7 @@ def judge_cell(
 ) -> list[dict[str, Any]]:
     """Judge every summarized pair of a dataset under one condition; records keep the summaries' order."""
     check_qids(summaries, topics, "summaries")
-    judgeable = [s for s in summaries if s["status"] != "error"]
-    responses = iter(client.generate(settings.cell_requests(judgeable, topics, personas)))
+    responses = iter(client.generate(settings.cell_requests(judgeable(summaries), topics, personas)))
     # A pair whose summary failed gets an `error` record without a call, in its place.
     return [
         judgment_record(
@@ -271,7 +296,8 @@ def restrict_external_qrels(qrels: Qrels, qids: Iterable[str], path: str | Path)
 
     External judgments registered in config are evaluated as a further judge "model".
     """
-    kept = {qid: judged for qid, judged in qrels.items() if qid in set(qids)}
+    wanted = set(qids)  # once: a generator would be used up by the first entry
+    kept = {qid: judged for qid, judged in qrels.items() if qid in wanted}
     if not kept:
         raise StressprobeError(
             f"{path}: judges none of the dataset's selected queries; check the file and the dataset's queries"

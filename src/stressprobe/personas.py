@@ -68,14 +68,19 @@ def read_taxonomy(path: str | Path) -> list[Domain]:
     return domains
 
 
-def require_domain_source(dataset: str, mapping: str | None, taxonomy: str | None) -> None:
-    """A dataset needs a query->domain file or a taxonomy to assign domains from: neither is an error."""
-    if not mapping and not (taxonomy and Path(taxonomy).is_file()):
+def require_domain_source(dataset: str, mapping: str | None, taxonomy: str | None) -> bool:
+    """A dataset needs a query->domain file or a taxonomy to assign domains from: neither is an error.
+
+    Returns whether the taxonomy file exists, so that callers need not check again.
+    """
+    has_taxonomy = bool(taxonomy) and Path(taxonomy).is_file()
+    if not mapping and not has_taxonomy:
         raise StressprobeError(
             f"dataset '{dataset}': no 'domains' file and no taxonomy at '{taxonomy}'; give "
             f"'judging.datasets.{dataset}.domains' or a 'personas.taxonomy' file to assign domains "
             "automatically"
         )
+    return has_taxonomy
 
 
 def read_domain_mapping(path: str | Path, qids: Iterable[str], known: Sequence[str] | None) -> dict[str, str]:
@@ -126,8 +131,8 @@ def domains_for_queries(
 ) -> dict[str, str]:
     """Each selected query's domain: from the dataset's mapping file when given, else the most similar
     taxonomy domain (each assignment is logged with its similarity, for review)."""
-    require_domain_source(dataset, mapping_path, taxonomy_path)
-    taxonomy = read_taxonomy(taxonomy_path) if Path(taxonomy_path).is_file() else None
+    has_taxonomy = require_domain_source(dataset, mapping_path, taxonomy_path)
+    taxonomy = read_taxonomy(taxonomy_path) if has_taxonomy else None
     if mapping_path:
         return read_domain_mapping(mapping_path, topics, [d.name for d in taxonomy] if taxonomy else None)
     qids = list(topics)

@@ -7,8 +7,6 @@ gives byte-identical files.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -21,11 +19,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from stressprobe.errors import StressprobeError  # noqa: E402
-from stressprobe.judging import CONDITIONS, HUMAN  # noqa: E402
+from stressprobe.io import atomic_target  # noqa: E402
+from stressprobe.judging import CONDITIONS, HUMAN_CONDITION  # noqa: E402
 
 #: The study's conditions in their canonical order; each keeps its colour whatever the config selects.
-CANONICAL_CONDITIONS = (*CONDITIONS, f"{HUMAN}/{HUMAN}")
+CANONICAL_CONDITIONS = (*CONDITIONS, HUMAN_CONDITION)
 _PALETTE = plt.get_cmap("tab10").colors
 _EXTRA_PALETTE = plt.get_cmap("tab20b").colors
 #: Grade shifts −3…+3: reds for stricter, grey for unchanged, blues for more lenient.
@@ -62,19 +60,8 @@ def save_figure(fig: Figure, png_path: str | Path, pdf_path: str | Path, dpi: in
         (png_path, "png", {"Software": None}),
         (pdf_path, "pdf", {"CreationDate": None, "Producer": None, "Creator": None}),
     ):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".{kind}")
-        os.close(fd)
-        try:
+        with atomic_target(path, suffix=f".{kind}") as tmp:
             fig.savefig(tmp, format=kind, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.02)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise StressprobeError(
-                f"{path}: cannot write figure ({exc.strerror}); check space and permissions"
-            ) from exc
-        finally:
-            Path(tmp).unlink(missing_ok=True)
     plt.close(fig)
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from stressprobe.datasets import GRADES
 from stressprobe.errors import StressprobeError
 
 PLACEHOLDER = re.compile(r"\{(query|passage)\}")
 PERSONA_PREFIX = "You are acting as {persona}."
-LABELS = ("0", "1", "2", "3")
+# The placeholders each template must have: the judge reads query and text, the summarizer the passage.
+JUDGE_PLACEHOLDERS = ("query", "passage")
+SUMMARY_PLACEHOLDERS = ("passage",)
+LABELS = tuple(str(grade) for grade in GRADES)  # the grades as the judge writes them
 
 # Markdown emphasis and heading marks around the answer ("**Final score:** 2", "## Final Score: `2`").
 _MARKUP = re.compile(r"[*_`#]")

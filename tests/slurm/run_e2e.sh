@@ -14,15 +14,13 @@ if ! "$PYTHON" -c 'import snakemake_executor_plugin_slurm' 2>/dev/null; then
   echo "error: $PYTHON lacks snakemake-executor-plugin-slurm; pip install -e '.[slurm]'" >&2
   exit 1
 fi
-command -v slurmctld >/dev/null || "$CLUSTER" install
 
 # A cluster from an earlier, interrupted run is stopped first so that this run owns every daemon.
 "$CLUSTER" stop
 trap '"$CLUSTER" stop' EXIT
 start=$(date +%s)
-"$CLUSTER" configure
-"$CLUSTER" start
-"$CLUSTER" health
+# install (when SLURM is missing), configure, start, health
+"$CLUSTER" up
 echo "cluster up in $(($(date +%s) - start)) s"
 
 cd "$ROOT"

@@ -31,8 +31,7 @@ rule analysis_judgments:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["data"]["mem_mb"],
-        runtime=config["resources"]["data"]["runtime"],
+        **config["resources"]["data"],
     params:
         cells=analysis_label_cells,
     script:
@@ -53,8 +52,7 @@ rule analysis_systems:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         cells=analysis_ndcg_cells,
     script:
@@ -79,8 +77,7 @@ rule analysis_kappa_table:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
     script:
@@ -104,8 +101,7 @@ rule analysis_kappa_figure:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         figure=analysis_figure_options(),
@@ -139,8 +135,7 @@ rule analysis_win_rate:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         alpha=config["analysis"]["alpha"],
@@ -166,8 +161,7 @@ rule analysis_label_shift_table:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
     script:
@@ -191,8 +185,7 @@ rule analysis_label_shift_figure:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         figure=analysis_figure_options(),
@@ -217,8 +210,7 @@ rule analysis_ndcg_scatter:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         figure=analysis_figure_options(),
@@ -244,8 +236,7 @@ rule analysis_ranking_agreement:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         rbo_phi=config["analysis"]["rbo_phi"],
@@ -271,8 +262,7 @@ rule analysis_rank_displacement:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
     script:
@@ -297,8 +287,7 @@ rule analysis_displacement_ci:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         bootstrap=config["analysis"]["bootstrap"],
@@ -327,8 +316,7 @@ rule analysis_sensitive_systems:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         top_k=config["analysis"]["top_k_sensitive"],
@@ -362,8 +350,7 @@ rule analysis_direction_consistency:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
     script:
@@ -389,8 +376,7 @@ rule analysis_persona_sources:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         order=analysis_order(),
         rbo_phi=config["analysis"]["rbo_phi"],

@@ -2,7 +2,7 @@
 # victim) cell, evaluation per (cell, model), baselines, mitigation, classifier, DPO pairs, tables, figures.
 # Input functions live in common.smk under "# ---- cdv ----".
 
-CDV_CELL = "results/cdv/{dataset}/{proxy}/{victim}"
+CDV_CELL = cdv_cell_dir("{dataset}", "{proxy}", "{victim}")
 
 
 wildcard_constraints:
@@ -19,8 +19,7 @@ rule cdv_prepare:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=config["resources"]["data"]["mem_mb"],
-        runtime=config["resources"]["data"]["runtime"],
+        **config["resources"]["data"],
     params:
         source=lambda w: config["cdv"]["datasets"][w.dataset],
         seed=config["seed"],
@@ -45,8 +44,8 @@ rule cdv_search:
     threads: lambda w: cdv_threads(cdv_search_roles(w).values())
     resources:
         gpu=lambda w: max(model_resources(m) for m in cdv_search_roles(w).values()),
-        mem_mb=lambda w: cdv_llm_resources(cdv_search_roles(w).values())["mem_mb"],
-        runtime=lambda w: cdv_llm_resources(cdv_search_roles(w).values())["runtime"],
+        mem_mb=lambda w: llm_resources(*cdv_search_roles(w).values())["mem_mb"],
+        runtime=lambda w: llm_resources(*cdv_search_roles(w).values())["runtime"],
     params:
         roles=cdv_search_roles,
         models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
@@ -54,7 +53,8 @@ rule cdv_search:
         victim_prefill=lambda w: model_prefill(
             cdv_search_roles(w)["victim"], config["cdv"]["answer_prefix"]
         ),
-        classifier=config["cdv"]["classifier"],
+        # Only the threshold: the classifier's other settings do not change the search.
+        classifier_threshold=config["cdv"]["classifier"]["threshold"],
         seed=config["seed"],
     script:
         "../../scripts/cdv_search.py"
@@ -75,8 +75,8 @@ rule cdv_baselines:
     threads: lambda w: cdv_threads([cdv_baseline_model(w)])
     resources:
         gpu=lambda w: model_resources(cdv_baseline_model(w)),
-        mem_mb=lambda w: cdv_llm_resources([cdv_baseline_model(w)])["mem_mb"],
-        runtime=lambda w: cdv_llm_resources([cdv_baseline_model(w)])["runtime"],
+        mem_mb=lambda w: llm_resources(cdv_baseline_model(w))["mem_mb"],
+        runtime=lambda w: llm_resources(cdv_baseline_model(w))["runtime"],
     params:
         model=cdv_baseline_model,
         models=lambda w: cdv_models_of([cdv_baseline_model(w)]),
@@ -102,8 +102,8 @@ rule cdv_eval:
     threads: lambda w: cdv_threads([w.model])
     resources:
         gpu=lambda w: model_resources(w.model),
-        mem_mb=lambda w: cdv_llm_resources([w.model])["mem_mb"],
-        runtime=lambda w: cdv_llm_resources([w.model])["runtime"],
+        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
+        runtime=lambda w: llm_resources(w.model)["runtime"],
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
@@ -130,8 +130,8 @@ rule cdv_mitigation:
     threads: lambda w: cdv_threads([w.model])
     resources:
         gpu=lambda w: model_resources(w.model),
-        mem_mb=lambda w: cdv_llm_resources([w.model])["mem_mb"],
-        runtime=lambda w: cdv_llm_resources([w.model])["runtime"],
+        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
+        runtime=lambda w: llm_resources(w.model)["runtime"],
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
@@ -145,6 +145,8 @@ rule cdv_mitigation:
 rule cdv_classifier:
     input:
         searches=cdv_cell_files("search.jsonl"),
+        # Each cell's roles -> model names, to price the cost columns by the models that actually ran.
+        summaries=cdv_cell_files("search.summary.json"),
         questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
     output:
         predictions="results/cdv/classifier/predictions.jsonl",
@@ -156,13 +158,12 @@ rule cdv_classifier:
     conda:
         "../../envs/cdv.yaml"
     resources:
-        mem_mb=config["resources"]["embedding"]["mem_mb"],
-        runtime=config["resources"]["embedding"]["runtime"],
+        **config["resources"]["embedding"],
     params:
         classifier=config["cdv"]["classifier"],
         models=cdv_models_of(cdv_classifier_roles()),
         embedding=config["embedding"],
-        prices={n: config["models"][n].get("price", {}) for n in config["models"]},
+        prices=cdv_cell_prices(),
         seed=config["seed"],
     script:
         "../../scripts/cdv_classifier.py"
@@ -182,8 +183,7 @@ rule cdv_dpo_export:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         test_fraction=config["cdv"]["dpo"]["test_fraction"],
         seed=config["seed"],
@@ -244,8 +244,7 @@ rule cdv_table:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     script:
         "../../scripts/cdv_table.py"
 
@@ -268,7 +267,6 @@ rule cdv_figure:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     script:
         "../../scripts/cdv_figure.py"

@@ -58,19 +58,32 @@ def model_entry(name):
     return sorted_dict(config["models"][name])
 
 
+def is_vllm(name):
+    """Whether the model runs on vllm (GPU jobs); None, for a job without a model, is not."""
+    return name is not None and config["models"][name]["backend"] == "vllm"
+
+
 def model_resources(name):
-    """GPUs for vllm models (routed to the GPU partition by the profile), none for the others."""
-    entry = config["models"][name]
-    return entry.get("gpus", 1) if entry["backend"] == "vllm" else 0
+    """GPUs for vllm models (routed to the GPU partition by the profile), none for the others or no model."""
+    # The schema fills `gpus` of every vllm entry.
+    return config["models"][name]["gpus"] if is_vllm(name) else 0
+
+
+def judging_enabled():
+    return config["judging"]["enabled"]
+
+
+def cdv_enabled():
+    return config["cdv"]["enabled"]
 
 
 def final_outputs():
     """Everything the default target builds: each enabled stage's tables, figures and report inputs."""
     outputs = []
-    if config["judging"].get("enabled", True):
+    if judging_enabled():
         outputs += judging_outputs()
         outputs += analysis_outputs()
-    if config["cdv"].get("enabled", True):
+    if cdv_enabled():
         outputs += cdv_outputs()
     return outputs + provenance_outputs()
 
@@ -78,9 +91,9 @@ def final_outputs():
 def provenance_areas():
     """The results areas this config writes; each gets a provenance record."""
     areas = ["tables", "figures"]
-    if config["judging"].get("enabled", True):
+    if judging_enabled():
         areas += ["data", "personas", "judging", "analysis"]
-    if config["cdv"].get("enabled", True):
+    if cdv_enabled():
         areas += ["cdv"]
     return sorted(areas)
 
@@ -170,29 +183,26 @@ ROLE_RE = _alternation(sorted({c.split("/")[1] for c in _USED_CONDITIONS}))
 def model_threads(name):
     """CPU threads a job of this model uses: llama.cpp's n_threads, one for the others (and for no model)."""
     entry = config["models"].get(name, {"backend": None})
-    return entry.get("n_threads", 2) if entry["backend"] == "llamacpp" else 1
+    # The schema fills `n_threads` of every llamacpp entry.
+    return entry["n_threads"] if entry["backend"] == "llamacpp" else 1
 
 
-def llm_resources(name):
-    """Memory and runtime of a model's jobs: the `llm_gpu` family for vllm models, `llm` otherwise."""
-    family = (
-        "llm_gpu"
-        if name is not None and config["models"][name]["backend"] == "vllm"
-        else "llm"
-    )
-    return config["resources"][family]
+def llm_resources(*names):
+    """Memory and runtime of a job of these models (None: no model): the `llm_gpu` family when any
+    runs on vllm, `llm` otherwise."""
+    return config["resources"]["llm_gpu" if any(map(is_vllm, names)) else "llm"]
 
 
 def model_env(name):
     """The conda environment of a model's jobs: vllm on GPU nodes, the API/llama.cpp one otherwise."""
-    if name is not None and config["models"][name]["backend"] == "vllm":
+    if is_vllm(name):
         return "../../envs/judge-vllm.yaml"
     return "../../envs/judge-api.yaml"
 
 
 def summarizes(dataset):
     """Whether the dataset's passages are summarized (else judges read the passages themselves)."""
-    return config["judging"]["datasets"][dataset].get("summarize", True)
+    return config["judging"]["datasets"][dataset]["summarize"]
 
 
 def summarizer(dataset):
@@ -209,8 +219,7 @@ def summarizer_entries(wildcards):
 
 
 def summarizer_gpus(wildcards):
-    name = summarizer(wildcards.dataset)
-    return 0 if name is None else model_resources(name)
+    return model_resources(summarizer(wildcards.dataset))
 
 
 def summary_inputs(wildcards):
@@ -276,8 +285,6 @@ def judging_outputs():
 
 
 # -- data and personas --
-from pathlib import Path as _Path
-
 PERSONA_SOURCE_RE = _alternation(config["personas"]["sources"])
 
 
@@ -307,7 +314,7 @@ def dataset_params(wildcards):
 def taxonomy_input():
     """The taxonomy when it exists; when it does not, the scripts say which config key to fix."""
     path = config["personas"]["taxonomy"]
-    return {"taxonomy": path} if _Path(path).is_file() else {}
+    return {"taxonomy": path} if Path(path).is_file() else {}
 
 
 def domain_inputs(wildcards):
@@ -363,18 +370,12 @@ ANALYSIS_FIGURES = ["figure1_kappa_heatmap", "label_shift", "figure2_ndcg_scatte
 
 def analysis_order():
     """Datasets, models and conditions in config order (tables and figures list them so)."""
-    datasets = judging_datasets()
-    external = [
-        c
-        for name in external_judges()
-        for d in datasets
-        for c in external_conditions(name, d)
-    ]
-    used = set(judging_conditions()) | set(external)
+    # _check_judging_config keeps external judgments to configured datasets, so _USED_CONDITIONS holds
+    # exactly the conditions of these datasets.
     return {
-        "dataset": datasets,
+        "dataset": judging_datasets(),
         "model": [*judge_models(), *external_judges()],
-        "condition": [c for c in _judging.CONDITIONS if c in used],
+        "condition": [c for c in _judging.CONDITIONS if c in _USED_CONDITIONS],
     }
 
 
@@ -439,15 +440,9 @@ def analysis_outputs():
 
 def cdv_env(names):
     """The conda environment of a CDV job: the vLLM one when any of its models runs on vllm."""
-    if any(config["models"][name]["backend"] == "vllm" for name in names):
+    if any(map(is_vllm, names)):
         return "../../envs/judge-vllm.yaml"
     return "../../envs/cdv.yaml"
-
-
-def cdv_llm_resources(names):
-    """Memory and runtime of a CDV job from its models' family (`llm_gpu` when any is on vllm)."""
-    gpu = any(config["models"][name]["backend"] == "vllm" for name in names)
-    return config["resources"]["llm_gpu" if gpu else "llm"]
 
 
 def cdv_threads(names):
@@ -476,17 +471,21 @@ def cdv_eval_models(victim):
     return config["cdv"]["eval_models"] or [victim]
 
 
-def cdv_search_roles(wildcards):
-    """role -> model name of a search job (the classifier only when it filters inside the search)."""
+def cell_roles(proxy, victim):
+    """role -> model name of a cell's search job (the classifier only when it filters inside the search)."""
     roles = {
-        "proxy": wildcards.proxy,
-        "victim": wildcards.victim,
-        "semantic": config["cdv"]["semantic_model"] or wildcards.victim,
+        "proxy": proxy,
+        "victim": victim,
+        "semantic": config["cdv"]["semantic_model"] or victim,
     }
     classifier = config["cdv"]["classifier"]
     if classifier["kind"] == "prompt" and classifier["filter_search"]:
-        roles["classifier"] = classifier["model"] or wildcards.victim
+        roles["classifier"] = classifier["model"] or victim
     return roles
+
+
+def cdv_search_roles(wildcards):
+    return cell_roles(wildcards.proxy, wildcards.victim)
 
 
 def cdv_models_of(names):
@@ -565,12 +564,18 @@ def cdv_outputs():
     return outputs
 
 
+def cdv_cell_prices():
+    """Price of every model that some cell's search runs under some role (the classifier job's cost
+    columns): as a param, editing an unrelated model's price reruns nothing."""
+    names = {name for _, p, v in cdv_cells() for name in cell_roles(p, v).values()}
+    return {name: config["models"][name].get("price", {}) for name in sorted(names)}
+
+
 # ---- cost ----
-from types import SimpleNamespace
 
 
 def cost_judging_datasets():
-    return judging_datasets() if config["judging"].get("enabled", True) else []
+    return judging_datasets() if judging_enabled() else []
 
 
 def cost_persona_sources():
@@ -600,16 +605,19 @@ def cost_inputs(wildcards):
 
 
 def cost_cdv_datasets():
-    enabled = config["cdv"].get("enabled", True) and config["cdv"]["cells"]
+    enabled = cdv_enabled() and config["cdv"]["cells"]
     return cdv_datasets() if enabled else []
 
 
 def cost_cdv_cells():
     """Each CDV search cell with its role models and evaluated models."""
-    cells = []
-    for dataset, proxy, victim in cdv_cells():
-        if dataset in cost_cdv_datasets():
-            cell = SimpleNamespace(dataset=dataset, proxy=proxy, victim=victim)
-            roles, models = cdv_search_roles(cell), cdv_eval_models(victim)
-            cells.append({"dataset": dataset, "roles": roles, "eval_models": models})
-    return cells
+    datasets = cost_cdv_datasets()
+    return [
+        {
+            "dataset": dataset,
+            "roles": cell_roles(proxy, victim),
+            "eval_models": cdv_eval_models(victim),
+        }
+        for dataset, proxy, victim in cdv_cells()
+        if dataset in datasets
+    ]

@@ -15,8 +15,7 @@ rule cost_estimate:
     conda:
         "../../envs/judge-api.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     params:
         models=config["models"],
         judging=config["judging"],

@@ -19,8 +19,7 @@ rule prepare_dataset:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=config["resources"]["data"]["mem_mb"],
-        runtime=config["resources"]["data"]["runtime"],
+        **config["resources"]["data"],
     params:
         dataset=dataset_params,
         seed=config["seed"],
@@ -43,8 +42,7 @@ rule query_domains:
         "../../envs/data.yaml"
     threads: 2
     resources:
-        mem_mb=config["resources"]["embedding"]["mem_mb"],
-        runtime=config["resources"]["embedding"]["runtime"],
+        **config["resources"]["embedding"],
     params:
         taxonomy=config["personas"]["taxonomy"],
         embedding=domain_embedding,

@@ -80,8 +80,7 @@ rule judge_qrels:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     script:
         "../../scripts/write_qrels.py"
 
@@ -100,8 +99,7 @@ rule human_qrels:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     shell:
         "cp {input} {output} 2> {log}"
 
@@ -124,8 +122,7 @@ rule external_qrels:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     script:
         "../../scripts/external_qrels.py"
 
@@ -149,7 +146,6 @@ rule ndcg:
     conda:
         "../../envs/analysis.yaml"
     resources:
-        mem_mb=config["resources"]["small"]["mem_mb"],
-        runtime=config["resources"]["small"]["runtime"],
+        **config["resources"]["small"],
     script:
         "../../scripts/ndcg.py"

@@ -18,8 +18,7 @@ rule persona_pool:
         "../../envs/data.yaml"
     threads: 2
     resources:
-        mem_mb=config["resources"]["embedding"]["mem_mb"],
-        runtime=config["resources"]["embedding"]["runtime"],
+        **config["resources"]["embedding"],
     params:
         source=lambda w: persona_source(w.source),
         embedding=config["embedding"],
@@ -43,8 +42,7 @@ rule select_personas:
         "../../envs/data.yaml"
     threads: 2
     resources:
-        mem_mb=config["resources"]["embedding"]["mem_mb"],
-        runtime=config["resources"]["embedding"]["runtime"],
+        **config["resources"]["embedding"],
     params:
         candidates=config["personas"]["candidates"],
         embedding=config["embedding"],

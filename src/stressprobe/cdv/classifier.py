@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from stressprobe.cdv.prompts import classifier_messages, parse_yes_no
-from stressprobe.cdv.search import summarize_search
+from stressprobe.cdv.search import ROLES, summarize_search
 from stressprobe.llm import Request
 
 
@@ -44,6 +44,19 @@ def outcome_labels(records: list[dict[str, Any]]) -> dict[str, int]:
     searched = {r["qid"] for r in records if r["depth"] == 0 and r["status"] == "root" and r["flag"] is None}
     found = {r["qid"] for r in records if r["status"] == "success" and r["depth"] > 0}
     return {qid: int(qid in found) for qid in sorted(searched)}
+
+
+def labelled_rows(cell: dict[str, str], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per labelled question of a cell's search: the cell's dataset, proxy and victim, qid, label."""
+    return [{**cell, "qid": qid, "label": label} for qid, label in outcome_labels(records).items()]
+
+
+def role_prices(summary: dict[str, Any], prices: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """role -> price of the model a search summary names for that role.
+
+    From the summary, not the cell path: the semantic check may run on `cdv.semantic_model`, not the victim.
+    """
+    return {role: prices.get(summary[role], {}) for role in ROLES}
 
 
 def split_keys(keys: list[str], test_fraction: float, seed: int) -> tuple[list[str], list[str]]:
@@ -121,3 +134,20 @@ def filter_effect(
             "cost_per_perturbed_question_usd": summary["cost_per_perturbed_question_usd"],
         }
     return result
+
+
+def cell_filter_effect(
+    cell: dict[str, str],
+    records: list[dict[str, Any]],
+    test_rows: list[dict[str, Any]],
+    test_qids: set[str],
+    prices: dict[str, dict[str, float]],
+) -> dict[str, dict[str, Any]]:
+    """`filter_effect` of one cell on its held-out questions, keeping what the classifier kept for the cell's
+    dataset and victim (p depends on the question and the victim, never on the proxy)."""
+    keep = {
+        r["qid"]
+        for r in test_rows
+        if r["keep"] and r["dataset"] == cell["dataset"] and r["victim"] == cell["victim"]
+    }
+    return filter_effect([r for r in records if r["qid"] in test_qids], keep, prices)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import tempfile
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from stressprobe.io import write_json
 from stressprobe.llm import open_client
+from stressprobe.llm.usage import Usage
 
-ADDITIVE = ("calls_made", "cache_hits", "errors", "retries", "prompt_tokens", "completion_tokens", "cost_usd")
+# Every counter of Usage adds up across clients, and so does the cost computed from them.
+ADDITIVE = (*(f.name for f in dataclasses.fields(Usage)), "cost_usd")
 
 
 @contextlib.contextmanager
@@ -27,12 +28,8 @@ def role_clients(models: dict[str, Any], roles: dict[str, str], cache_path: str)
 
 def write_merged_usage(clients: dict[str, Any], path: str | Path) -> None:
     """The job's usage sidecar: the LLM layer's record, summed over the distinct clients the job used."""
-    records = []
-    distinct = list({id(c): c for c in clients.values()}.values())
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, client in enumerate(distinct):
-            client.write_usage(Path(tmp) / f"{i}.json")
-            records.append(json.loads((Path(tmp) / f"{i}.json").read_text()))
+    distinct = {id(c): c for c in clients.values()}.values()
+    records = [client.usage_record() for client in distinct]
     merged = dict(records[0])
     for record in records[1:]:
         for key in ADDITIVE:

@@ -8,8 +8,6 @@ from typing import Any
 from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
 from stressprobe.llm import Request
 
-CONDITIONS = ("original", "perturbed", "elaborated", "prompt_only")
-
 
 def eval_items(
     questions: list[dict[str, Any]], perturbed: list[dict[str, Any]], baselines: list[dict[str, Any]]

@@ -13,14 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from stressprobe.cdv import cell_of  # noqa: E402
 from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accuracy  # noqa: E402
 from stressprobe.io import read_jsonl  # noqa: E402
-
-
-def cell_of(path: str | Path, levels_up: int) -> dict[str, str]:
-    """dataset, proxy and victim from a path inside `results/cdv/{dataset}/{proxy}/{victim}/`."""
-    cell = Path(path).parents[levels_up - 1] if levels_up else Path(path)
-    return {"dataset": cell.parts[-3], "proxy": cell.parts[-2], "victim": cell.parts[-1]}
 
 
 def search_table(summary_paths: list[str]) -> pd.DataFrame:

@@ -57,6 +57,7 @@ from stressprobe.cdv.prompts import (
     with_context,
 )
 from stressprobe.llm import Request, Response
+from stressprobe.llm.usage import cost_usd
 
 ROLES = ("proxy", "semantic", "victim")
 
@@ -145,12 +146,18 @@ class QuestionState:
             parent_id=parent.node_id if parent else None,
             depth=parent.depth + 1 if parent else 0,
             contexts=contexts,
-            question=with_context(contexts, self.item["question"]),
+            question="",
             target_index=target_index,
         )
-        node.length_ratio = len(node.question) / len(self.item["question"])
+        self.set_contexts(node, contexts)
         self.nodes.append(node)
         return node
+
+    def set_contexts(self, node: Node, contexts: list[str]) -> None:
+        """Give `node` its contexts and the question and length ratio they make (one formula for both)."""
+        node.contexts = contexts
+        node.question = with_context(contexts, self.item["question"])
+        node.length_ratio = len(node.question) / len(self.item["question"])
 
     def push(self, node: Node) -> None:
         """Queue a node: highest value first, ties in creation order (the root, valued None, goes first)."""
@@ -171,9 +178,10 @@ def is_monotone(sequence: list[float], levels: int) -> bool:
     return len(tail) == levels + 1 and all(a < b for a, b in itertools.pairwise(tail))
 
 
-def _victim_request(node: Node, item: dict[str, Any], settings: SearchSettings, greedy: bool) -> Request:
+def _victim_request(question: str, choices: list[str], settings: SearchSettings, greedy: bool) -> Request:
+    """The victim's sampled (or greedy) request; the search and the audit must ask exactly the same."""
     return Request(
-        messages=victim_messages(node.question, item["choices"], prefill=settings.victim_prefill),
+        messages=victim_messages(question, choices, prefill=settings.victim_prefill),
         max_tokens=settings.victim_max_tokens,
         temperature=0.0 if greedy else settings.victim_temperature,
         n=1 if greedy else settings.samples,
@@ -189,7 +197,9 @@ def measure_success(
     One batch of sampled requests, then one batch of greedy requests for the nodes with r = 0.
     A failed call or fewer texts than samples marks the node `error` (never a success).
     """
-    responses = victim.generate([_victim_request(node, item, settings, greedy=False) for node, item in pairs])
+    responses = victim.generate(
+        [_victim_request(node.question, item["choices"], settings, greedy=False) for node, item in pairs]
+    )
     zero = []
     for (node, item), response in zip(pairs, responses, strict=True):
         node.charge("victim", response)
@@ -202,7 +212,9 @@ def measure_success(
         node.success_rate = sum(a == item["answer_index"] for a in node.answers) / settings.samples
         if node.success_rate == 0:
             zero.append((node, item))
-    greedy = victim.generate([_victim_request(node, item, settings, greedy=True) for node, item in zero])
+    greedy = victim.generate(
+        [_victim_request(node.question, item["choices"], settings, greedy=True) for node, item in zero]
+    )
     for (node, item), response in zip(zero, greedy, strict=True):
         node.charge("victim", response)
         if response.error or not response.texts:
@@ -252,9 +264,7 @@ def generate_children(
         if context is None:
             child.status, child.error = "discarded_proxy", response.error or "empty or off-format proxy reply"
             continue
-        child.contexts = [*parent.contexts, context]
-        child.question = with_context(child.contexts, state.item["question"])
-        child.length_ratio = len(child.question) / len(state.item["question"])
+        state.set_contexts(child, [*parent.contexts, context])
         if child.length_ratio > settings.length_ratio_max:
             child.status = "discarded_length"
             continue
@@ -449,9 +459,7 @@ def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, 
             for key in ("requests", "prompt", "completion"):
                 per_role[role][key] += usage[key]
     cost = sum(
-        per_role[role]["prompt"] * prices.get(role, {}).get("prompt_per_1m", 0) / 1e6
-        + per_role[role]["completion"] * prices.get(role, {}).get("completion_per_1m", 0) / 1e6
-        for role in ROLES
+        cost_usd(per_role[role]["prompt"], per_role[role]["completion"], prices.get(role)) for role in ROLES
     )
     requests = sum(u["requests"] for u in per_role.values())
     tokens = sum(u["prompt"] + u["completion"] for u in per_role.values())
@@ -490,15 +498,7 @@ def audit_successes(
     by_qid = {q["qid"]: q for q in questions}
     successes = [r for r in records if r["status"] == "success"]
     requests = [
-        Request(
-            messages=victim_messages(
-                r["question"], by_qid[r["qid"]]["choices"], prefill=settings.victim_prefill
-            ),
-            max_tokens=settings.victim_max_tokens,
-            temperature=0.0,
-            seed=settings.seed,
-        )
-        for r in successes
+        _victim_request(r["question"], by_qid[r["qid"]]["choices"], settings, greedy=True) for r in successes
     ]
     failures = []
     for record, response in zip(successes, victim.generate(requests), strict=True):

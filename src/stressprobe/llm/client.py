@@ -15,10 +15,11 @@ import time
 from typing import Any
 
 from stressprobe.errors import StressprobeError
+from stressprobe.io import write_json
 from stressprobe.llm.backends import AsyncBackend, Backend, open_backend
 from stressprobe.llm.cache import Claim, ResponseCache, cache_key, request_record
 from stressprobe.llm.types import Request, Response
-from stressprobe.llm.usage import Usage, usage_record, write_usage
+from stressprobe.llm.usage import Usage, usage_record
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,13 @@ class Client:
 
         await asyncio.gather(*(answer(k, r) for k, r in todo))
 
+    def usage_record(self) -> dict[str, Any]:
+        """This job's usage so far (calls, cache hits, errors, retries, tokens, cost), as the sidecar holds it."""
+        return usage_record(self.name, self.backend.kind, self.usage, self.price)
+
     def write_usage(self, path: str | os.PathLike) -> None:
-        """Write this job's usage sidecar (calls, cache hits, errors, retries, tokens, cost)."""
-        write_usage(path, usage_record(self.name, self.backend.kind, self.usage, self.price))
+        """Write this job's usage sidecar."""
+        write_json(path, self.usage_record())
 
     def close(self) -> None:
         """Release claims and free the model/connections."""

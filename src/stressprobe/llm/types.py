@@ -112,14 +112,14 @@ class Response:
         }
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any], cached: bool = True) -> Response:
-        """Rebuild a response stored by `to_payload`."""
+    def from_payload(cls, payload: dict[str, Any]) -> Response:
+        """Rebuild a response stored by `to_payload`; it comes from the cache, so it is marked cached."""
         return cls(
             texts=list(payload["texts"]),
             top_logprobs=payload.get("top_logprobs"),
             prompt_tokens=int(payload.get("prompt_tokens", 0)),
             completion_tokens=int(payload.get("completion_tokens", 0)),
-            cached=cached,
+            cached=True,
         )
 
     @classmethod

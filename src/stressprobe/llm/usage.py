@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stressprobe.io import write_json
 from stressprobe.llm.types import Response
 
 
@@ -35,16 +34,16 @@ class Usage:
         self.cache_hits += 1
 
 
-def cost_usd(usage: Usage, price: dict[str, float] | None) -> float:
-    """Estimated cost from per-million-token prices (missing prices count as 0)."""
+def cost_usd(prompt_tokens: int, completion_tokens: int, price: Mapping[str, float] | None) -> float:
+    """Estimated cost from a model entry's per-million-token prices (no entry or missing prices count as 0)."""
     price = price or {}
     return (
-        usage.prompt_tokens * float(price.get("prompt_per_1m", 0.0))
-        + usage.completion_tokens * float(price.get("completion_per_1m", 0.0))
+        prompt_tokens * float(price.get("prompt_per_1m", 0.0))
+        + completion_tokens * float(price.get("completion_per_1m", 0.0))
     ) / 1e6
 
 
-def usage_record(model: str, backend: str, usage: Usage, price: dict[str, float] | None) -> dict[str, Any]:
+def usage_record(model: str, backend: str, usage: Usage, price: Mapping[str, float] | None) -> dict[str, Any]:
     """The usage sidecar's content."""
     return {
         "model": model,
@@ -55,10 +54,5 @@ def usage_record(model: str, backend: str, usage: Usage, price: dict[str, float]
         "retries": usage.retries,
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
-        "cost_usd": round(cost_usd(usage, price), 6),
+        "cost_usd": round(cost_usd(usage.prompt_tokens, usage.completion_tokens, price), 6),
     }
-
-
-def write_usage(path: str | os.PathLike, record: dict[str, Any]) -> None:
-    """Write the sidecar atomically."""
-    write_json(path, record)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 from stressprobe.errors import StressprobeError
@@ -10,7 +11,7 @@ from stressprobe.llm.backends.base import AsyncBackend, Backend
 
 BACKENDS = {"llamacpp": "llamacpp", "openai": "openai", "vllm": "vllm"}
 
-__all__ = ["AsyncBackend", "Backend", "BACKENDS", "open_backend"]
+__all__ = ["AsyncBackend", "Backend", "BACKENDS", "backend_identity", "open_backend"]
 
 
 def open_backend(name: str, entry: dict[str, Any]) -> Backend:
@@ -22,3 +23,15 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
         )
     module = importlib.import_module(f"stressprobe.llm.backends.{BACKENDS[kind]}")
     return module.open_backend(name, entry)
+
+
+def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's identity in cache keys, computed without loading the model.
+
+    The one definition: backends take it from here, and the cost estimate computes the same keys with it.
+    """
+    if entry.get("backend") == "llamacpp":
+        from stressprobe.llm.backends.llamacpp import gguf_identity, gguf_path
+
+        return gguf_identity(gguf_path(name, entry))
+    return {"backend": entry["backend"], "model": entry["model"]}

@@ -7,34 +7,27 @@ position's logits while generating, which avoids `logits_all=True` (several time
 
 from __future__ import annotations
 
-import importlib.util
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from stressprobe.errors import StressprobeError
+from stressprobe.io import PACKAGE_PREFIX, package_file
+from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
 
-PACKAGE_PREFIX = "package:"
-
 
 def resolve_package_file(spec: str, config_key: str) -> Path:
-    """Resolve `package:<module>/<file>` in an installed package (without importing it), or a path."""
+    """A path, or the file `package:<module>/<file>` names in an installed package (not imported)."""
     if not spec.startswith(PACKAGE_PREFIX):
         return Path(spec)
-    module, _, relative = spec[len(PACKAGE_PREFIX) :].partition("/")
-    found = importlib.util.find_spec(module) if module else None
-    if found is None or not found.submodule_search_locations:
-        raise StressprobeError(
-            f"config {config_key}: package {module!r} of {spec!r} is not installed; "
-            f"pip install it or give a path to the file"
-        )
-    return Path(found.submodule_search_locations[0]) / relative
+    return package_file(spec, f"config {config_key}")
 
 
 def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
@@ -48,16 +41,25 @@ def gguf_identity(path: Path) -> dict[str, Any]:
     return {"backend": "llamacpp", "gguf": path.name, "size": path.stat().st_size}
 
 
-def open_backend(name: str, entry: dict[str, Any]) -> LlamaCppBackend:
-    """Check the GGUF file and load it once."""
+def gguf_path(name: str, entry: Mapping[str, Any]) -> Path:
+    """The registry entry's GGUF file; a missing one is a config error."""
     path = resolve_package_file(str(entry.get("gguf", "")), f"models.{name}.gguf")
     if not path.is_file():
         raise StressprobeError(
             f"config models.{name}.gguf: GGUF file not found: {path}; "
             "fix the path or install the package that ships it"
         )
+    return path
+
+
+def open_backend(name: str, entry: dict[str, Any]) -> LlamaCppBackend:
+    """Check the GGUF file and load it once."""
     return LlamaCppBackend(
-        name, path, n_ctx=int(entry.get("n_ctx", 2048)), n_threads=int(entry.get("n_threads", 2))
+        name,
+        gguf_path(name, entry),
+        backend_identity(name, entry),
+        n_ctx=int(entry.get("n_ctx", 2048)),
+        n_threads=int(entry.get("n_threads", 2)),
     )
 
 
@@ -66,8 +68,8 @@ class LlamaCppBackend(Backend):
 
     kind = "llamacpp"
 
-    def __init__(self, name: str, path: Path, n_ctx: int, n_threads: int) -> None:
-        super().__init__(name, gguf_identity(path))
+    def __init__(self, name: str, path: Path, identity: dict[str, Any], n_ctx: int, n_threads: int) -> None:
+        super().__init__(name, identity)
         import llama_cpp  # imported here: loading the native library is not free
 
         self._llama_cpp = llama_cpp

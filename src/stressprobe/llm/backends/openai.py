@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from stressprobe.errors import StressprobeError
+from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import AsyncBackend
 from stressprobe.llm.types import Request, Response
 
@@ -76,6 +77,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBackend:
     preflight(name, base_url, api_key)
     return OpenAIBackend(
         name,
+        backend_identity(name, entry),
         model=entry["model"],
         base_url=base_url,
         api_key=api_key,
@@ -139,6 +141,7 @@ class OpenAIBackend(AsyncBackend):
     def __init__(
         self,
         name: str,
+        identity: dict[str, Any],
         model: str,
         base_url: str,
         api_key: str,
@@ -147,7 +150,7 @@ class OpenAIBackend(AsyncBackend):
         max_retries: int,
         backoff_s: float,
     ) -> None:
-        super().__init__(name, {"backend": "openai", "model": model}, concurrency)
+        super().__init__(name, identity, concurrency)
         from openai import AsyncOpenAI  # slow to import, and only this backend needs it
 
         self.model = model

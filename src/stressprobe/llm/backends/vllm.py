@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from stressprobe.errors import StressprobeError
+from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.types import Request, Response
 
@@ -30,7 +31,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> VllmBackend:
             f"config models.{name}.backend: vllm is not installed; run this model on a GPU node with "
             "`pip install stressprobe[vllm]`, or use the llamacpp/openai backend"
         ) from None
-    return VllmBackend(name, entry, vllm)
+    return VllmBackend(name, entry, backend_identity(name, entry), vllm)
 
 
 def sampling_params(vllm: Any, request: Request) -> Any:
@@ -72,8 +73,8 @@ class VllmBackend(Backend):
     kind = "vllm"
     batch_size = 512
 
-    def __init__(self, name: str, entry: dict[str, Any], vllm: Any) -> None:
-        super().__init__(name, {"backend": "vllm", "model": entry["model"]})
+    def __init__(self, name: str, entry: dict[str, Any], identity: dict[str, Any], vllm: Any) -> None:
+        super().__init__(name, identity)
         self._vllm = vllm
         self.llm = vllm.LLM(
             model=entry["model"],
