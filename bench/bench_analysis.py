@@ -5,22 +5,18 @@ query chosen so DL20 has ~11k pairs per cell. Inputs are written in the judging 
 timed); then the same library functions the analysis scripts call build every output, and the script
 prints the seconds of each step and the total (target: < 60 s on 2 cores).
 
-    .venv/bin/python bench/bench_analysis.py [--workdir DIR]
+    python -m bench.bench_analysis [--workdir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files  # noqa: E402
-
-from stressprobe import analysis  # noqa: E402
+from stressprobe.persona import analysis
+from tests.support.analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files
 
 MODELS = ["gpt-4o", "gpt-4o-mini", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-72b"]
 SPEC = StudySpec(

@@ -5,8 +5,8 @@ followed by an answer-extraction call: 2 + 2n requests (and 2n for a root). This
 request, one semantic check (skipped when the length bound fails), ONE victim request with `n` samples,
 and a greedy confirmation only for children with r = 0. Both counts are taken on the same search tree.
 
-    python bench/bench_cdv.py                      # scripted victim (rule-based, no model)
-    python bench/bench_cdv.py --model smollm2-135m # the local model (slow: 2 questions, fresh cache)
+    python -m bench.bench_cdv                      # scripted victim (rule-based, no model)
+    python -m bench.bench_cdv --model smollm2-135m # the local model (slow: 2 questions, fresh cache)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Table 4: Kendall's τ-b and RBO_ext of each condition's system ranking vs the human ranking."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

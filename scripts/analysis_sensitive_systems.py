@@ -1,6 +1,6 @@
 """Table 7: the most sensitive systems per dataset, with their type from the run metadata."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
-from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl
-from stressprobe.prompts import JUDGE_PLACEHOLDERS, SUMMARY_PLACEHOLDERS, load_template
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.prompts import JUDGE_PLACEHOLDERS, SUMMARY_PLACEHOLDERS, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 

@@ -1,16 +1,16 @@
 """One judge cell: every summarized pair of a dataset judged by one model under one condition."""
 
-from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl, write_json, write_jsonl
-from stressprobe.judging import (
+from stressprobe.llm import open_client
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.judging import (
     JudgeSettings,
     cell_summary,
     condition_personas,
     judge_cell,
     split_condition,
 )
-from stressprobe.llm import open_client
-from stressprobe.prompts import JUDGE_PLACEHOLDERS, load_template
+from stressprobe.persona.prompts import JUDGE_PLACEHOLDERS, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 

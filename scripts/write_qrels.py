@@ -1,8 +1,8 @@
 """A judge cell's TREC qrels: parsed judgments only (unparsed and failed pairs are counted, not graded)."""
 
-from stressprobe.datasets import format_qrels
 from stressprobe.io import atomic_write, read_jsonl
-from stressprobe.judging import judgment_qrels
+from stressprobe.persona.data import format_qrels
+from stressprobe.persona.judging import judgment_qrels
 from stressprobe.snakemake_io import run_script
 
 

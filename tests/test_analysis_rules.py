@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from analysis_fixtures import DatasetSpec, StudySpec, write_study_files
-from helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
+
+from tests.support.analysis_fixtures import DatasetSpec, StudySpec, write_study_files
+from tests.support.helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
 
 RULES = re.findall(r"^rule (\w+):", (ROOT / "workflow" / "rules" / "analysis.smk").read_text(), flags=re.M)
 TARGET_RULES = [r for r in RULES if r not in ("analysis_judgments", "analysis_systems")]

@@ -3,7 +3,6 @@
 import json
 
 import numpy as np
-from cdv_scripted import ScriptedModel, make_item
 
 from stressprobe.cdv.baselines import baseline_questions
 from stressprobe.cdv.classifier import (
@@ -25,6 +24,7 @@ from stressprobe.cdv.search import (
     search_records,
 )
 from stressprobe.llm import Response
+from tests.support.cdv_scripted import ScriptedModel, make_item
 
 SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
 

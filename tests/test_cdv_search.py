@@ -3,8 +3,6 @@
 import math
 from dataclasses import replace
 
-from cdv_scripted import CONTEXT, ScriptedModel, make_item
-
 from stressprobe.cdv.search import (
     SearchSettings,
     is_monotone,
@@ -14,6 +12,7 @@ from stressprobe.cdv.search import (
     search_records,
     summarize_search,
 )
+from tests.support.cdv_scripted import CONTEXT, ScriptedModel, make_item
 
 SETTINGS = SearchSettings(samples=5, max_expansions=10, max_candidates=None, monotone_levels=3)
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 import yaml
-from helpers import ROOT
 
+from bench.bench_dag import LIMIT_S, PAPER_CONFIG, dry_run, job_counts, make_paper_workdir
 from stressprobe.config import validate_config
-
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_dag import LIMIT_S, PAPER_CONFIG, dry_run, job_counts, make_paper_workdir  # noqa: E402
+from tests.support.helpers import ROOT
 
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -22,7 +22,11 @@ from typing import Any
 
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.io import atomic_write
-from stressprobe.judging import (
+from stressprobe.llm import Request, answer_prefill
+from stressprobe.llm.backends import backend_identity
+from stressprobe.llm.cache import ResponseCache, cache_key
+from stressprobe.llm.usage import cost_usd
+from stressprobe.persona.judging import (
     JudgeSettings,
     condition_personas,
     is_retrieved,
@@ -31,10 +35,6 @@ from stressprobe.judging import (
     split_condition,
     summary_requests,
 )
-from stressprobe.llm import Request, answer_prefill
-from stressprobe.llm.backends import backend_identity
-from stressprobe.llm.cache import ResponseCache, cache_key
-from stressprobe.llm.usage import cost_usd
 
 CHARS_PER_TOKEN = 4
 # OpenAI's counting recipe for chat prompts: each message carries ~4 tokens of role and separators, and

@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from stressprobe.io import atomic_target  # noqa: E402
-from stressprobe.judging import CONDITIONS, HUMAN_CONDITION  # noqa: E402
+from stressprobe.persona.judging import CONDITIONS, HUMAN_CONDITION  # noqa: E402
 
 #: The study's conditions in their canonical order; each keeps its colour whatever the config selects.
 CANONICAL_CONDITIONS = (*CONDITIONS, HUMAN_CONDITION)

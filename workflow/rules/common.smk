@@ -107,7 +107,7 @@ def provenance_outputs():
 # -- judging (summaries, judge cells, qrels, nDCG) --
 import re as _re
 
-from stressprobe import judging as _judging
+from stressprobe.persona import judging as _judging
 
 
 def _alternation(names):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from stressprobe.datasets import GRADES
 from stressprobe.errors import StressprobeError
+from stressprobe.persona.data import GRADES
 
 PLACEHOLDER = re.compile(r"\{(query|passage)\}")
 PERSONA_PREFIX = "You are acting as {persona}."

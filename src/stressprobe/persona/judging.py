@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stressprobe.datasets import Qrels
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response, label_distribution
-from stressprobe.prompts import LABELS, judge_prompt, parse_label, render
+from stressprobe.persona.data import Qrels
+from stressprobe.persona.prompts import LABELS, judge_prompt, parse_label, render
 
 # The nine judging conditions, `source/role`: the plain prompt, two fixed assessor roles, and three roles
 # retrieved per query from each persona pool.

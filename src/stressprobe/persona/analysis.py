@@ -2,7 +2,7 @@
 
 Frames are tidy (one row per observation) with the columns `dataset, model, condition` as pandas
 categoricals in config order, so every table lists datasets, models and conditions as the config does.
-The statistics themselves live in `stressprobe.metrics`.
+The statistics themselves live in `stressprobe.persona.metrics`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stressprobe import metrics, plots, tables
-from stressprobe.datasets import Qrels, read_qrels, read_run_metadata, read_topics
+from stressprobe import plots, tables
 from stressprobe.errors import StressprobeError
-from stressprobe.evaluation import MEASURE, read_ndcg_table
 from stressprobe.io import atomic_write, read_jsonl
-from stressprobe.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
+from stressprobe.persona import metrics
+from stressprobe.persona.data import Qrels, read_qrels, read_run_metadata, read_topics
+from stressprobe.persona.evaluation import MEASURE, read_ndcg_table
+from stressprobe.persona.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
 
 BASELINE = CONDITIONS[0]
 SHIFTS = tuple(range(-3, 4))
