@@ -36,7 +36,9 @@ def test_nominal_kappa_matches_the_definition_and_is_undefined_when_chance_expla
     assert domain_agreement.nominal_kappa(["A", "B"], ["B", "A"], ["A", "B"]) == pytest.approx(-1.0)
 
 
-TAXONOMY = {"domains": [{"name": "Alpha", "description": "alpha things"}, {"name": "Beta", "description": "b"}]}
+TAXONOMY = {
+    "domains": [{"name": "Alpha", "description": "alpha things"}, {"name": "Beta", "description": "b"}]
+}
 
 
 def fake_embed(texts):

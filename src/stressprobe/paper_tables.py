@@ -35,7 +35,12 @@ def ranking_blocks_table(ranking: pd.DataFrame, conditions: Sequence[str]) -> pd
             for model, cells in block.groupby("model", observed=True, sort=True):
                 values = cells.set_index(cells["condition"].astype(str))[metric]
                 rows.append(
-                    {"dataset": dataset, "metric": metric, "model": model, **{c: values.get(c) for c in columns}}
+                    {
+                        "dataset": dataset,
+                        "metric": metric,
+                        "model": model,
+                        **{c: values.get(c) for c in columns},
+                    }
                 )
     frame = pd.DataFrame(rows, columns=["dataset", "metric", "model", *columns])
     return frame.astype({c: float for c in columns})

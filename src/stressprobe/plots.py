@@ -199,7 +199,9 @@ def _scatter_panel(ax, frame: pd.DataFrame, dataset, model, conditions, colors, 
 
 
 def _condition_legend(fig: Figure, conditions: Sequence[str], colors: Mapping[str, tuple]) -> None:
-    handles = [plt.Line2D([], [], marker="o", linestyle="", color=colors[c], markersize=3) for c in conditions]
+    handles = [
+        plt.Line2D([], [], marker="o", linestyle="", color=colors[c], markersize=3) for c in conditions
+    ]
     fig.legend(
         handles,
         [_short(c) for c in conditions],

@@ -187,8 +187,15 @@ def run_values(
             "max_abs_rank_max": sensitivity.loc[runs, "max_abs_rank"].max(),
         }
         rows += [
-            {"table": "table7", "dataset": dataset, "model": "", "condition": "", "systems": entries,
-             "metric": metric, "value": value}
+            {
+                "table": "table7",
+                "dataset": dataset,
+                "model": "",
+                "condition": "",
+                "systems": entries,
+                "metric": metric,
+                "value": value,
+            }
             for metric, value in values.items()
         ]
     if rows:
@@ -219,7 +226,9 @@ def vs_paper_table(paper: pd.DataFrame, run: pd.DataFrame) -> pd.DataFrame:
             "run CI high": merged["ci_high_run"].astype(float),
             "paper in run CI": [
                 _inside(p, lo, hi)
-                for p, lo, hi in zip(merged["value"], merged["ci_low_run"], merged["ci_high_run"], strict=True)
+                for p, lo, hi in zip(
+                    merged["value"], merged["ci_low_run"], merged["ci_high_run"], strict=True
+                )
             ],
             "paper CI low": merged["ci_low"],
             "paper CI high": merged["ci_high"],

@@ -345,7 +345,10 @@ def domain_agreement_outputs():
     if not domain_agreement_datasets():
         return []
     return [
-        *(f"results/data/{d}/domain_agreement.json" for d in domain_agreement_datasets()),
+        *(
+            f"results/data/{d}/domain_agreement.json"
+            for d in domain_agreement_datasets()
+        ),
         *(
             f"results/tables/{name}.{ext}"
             for name in ("domain_agreement", "domain_confusion")
@@ -451,7 +454,8 @@ def analysis_outputs():
     tables = [
         path for family in ANALYSIS_TABLES for path in analysis_table_files(family)
     ]
-    return tables + domain_agreement_outputs() + [
+    tables += domain_agreement_outputs()
+    return tables + [
         f"results/figures/{name}.{ext}"
         for name in ANALYSIS_FIGURES
         for ext in ("png", "pdf")

@@ -59,7 +59,8 @@ rule domain_agreement:
         taxonomy=config["personas"]["taxonomy"],
     output:
         json=[
-            f"results/data/{d}/domain_agreement.json" for d in domain_agreement_datasets()
+            f"results/data/{d}/domain_agreement.json"
+            for d in domain_agreement_datasets()
         ],
         table=report(
             "results/tables/domain_agreement.csv",
