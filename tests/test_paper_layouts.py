@@ -176,3 +176,41 @@ def test_figure2_has_a_row_per_dataset_in_order_and_a_column_per_model():
     assert axes[0, 0].get_xlim()[1] < 0.4 < axes[1, 0].get_xlim()[0]  # a range per dataset row
     assert len(axes[0, 1].collections) == 2
     assert fig.get_figwidth() == pytest.approx(7.0)
+
+
+def test_paper_orders_tables_3_and_4_by_source_and_table_5_by_role(tmp_path):
+    configured = [
+        "baseline/umbrela",
+        "fixed/gap",
+        "uspersona/domain",
+        "personahub/domain",
+        "personahub/query",
+    ]
+    assert analysis.in_paper_order(configured) == [
+        "personahub/query",
+        "personahub/domain",
+        "uspersona/domain",
+        "fixed/gap",
+        "baseline/umbrela",
+    ]
+    assert analysis.in_paper_order(configured[1:], analysis.PAPER_TABLE5_ORDER) == [
+        "personahub/query",
+        "personahub/domain",
+        "uspersona/domain",
+        "fixed/gap",
+    ]
+    # Table 5 rows: two conditions configured gap first; the paper puts the persona roles first.
+    systems, _ = systems_frame()
+    extra = (
+        systems[systems["condition"] == "fixed/gap"]
+        .astype({"condition": str})
+        .assign(condition="personahub/query")
+    )
+    order = {
+        "dataset": ["d"],
+        "model": ["m1", "m2"],
+        "condition": ["baseline/umbrela", "fixed/gap", "personahub/query"],
+    }
+    frame = pd.concat([systems.astype({"condition": str, "model": str, "dataset": str}), extra])
+    analysis.write_displacement_table(analysis.categorize(frame, order), tmp_path / "t5")
+    assert pd.read_csv(tmp_path / "t5.csv")["condition"].tolist() == ["personahub/query", "fixed/gap"]

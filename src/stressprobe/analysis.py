@@ -25,6 +25,19 @@ from stressprobe.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SO
 BASELINE = CONDITIONS[0]
 SHIFTS = tuple(range(-3, 4))
 _CELL = ["dataset", "model", "condition"]
+#: The paper's column order of Tables 3 and 4 (by source, then role; the fixed roles; UMBRELA last) and its
+#: row order of Table 5 (by role, PersonaHub before USPersona). Only the paper-layout tables use them.
+PAPER_COLUMN_ORDER = (*CONDITIONS[3:], *CONDITIONS[1:3], BASELINE)
+PAPER_TABLE5_ORDER = (
+    *(c for role in ("query", "domain", "orthogonal") for c in CONDITIONS[3:] if c.endswith("/" + role)),
+    *CONDITIONS[1:3],
+)
+
+
+def in_paper_order(conditions, paper_order: Sequence[str] = PAPER_COLUMN_ORDER) -> list[str]:
+    """`conditions` in the paper's order; any the paper does not list keep their order, after them."""
+    conditions = [str(c) for c in conditions]
+    return [c for c in paper_order if c in conditions] + [c for c in conditions if c not in paper_order]
 
 
 # ---- reading the judging stage's files ----
@@ -268,15 +281,15 @@ def win_rate_wide_table(significance: pd.DataFrame) -> pd.DataFrame:
 def win_rate_side_by_side_table(significance: pd.DataFrame) -> pd.DataFrame:
     """Table 3 as the paper lays it out: one row per dataset × model; per condition, W% and Δ̄ side by side.
 
-    Columns `<condition> W%` and `<condition> Δ̄`, conditions in config order (a condition without a value
-    for any row of the table is left out).
+    Columns `<condition> W%` and `<condition> Δ̄`, conditions in the paper's order (PersonaHub, USPersona,
+    Evidence, GAP); a condition without a value for any row of the table is left out.
     """
     index = ["dataset", "model"]
     parts = {
         metric: significance.pivot_table(index=index, columns="condition", values=metric, observed=True)
         for metric in ("W%", "Δ̄")
     }
-    conditions = [c for c in parts["W%"].columns]
+    conditions = in_paper_order(parts["W%"].columns)
     wide = pd.DataFrame(index=parts["W%"].index)
     for condition in conditions:
         for metric in ("W%", "Δ̄"):
@@ -449,12 +462,15 @@ def sort_within_datasets(table: pd.DataFrame, column: str) -> pd.DataFrame:
     """Rows grouped by dataset (config order), largest `column` first within each (the paper's Table 6)."""
     if table.empty:
         return table
-    datasets = table["dataset"]
-    position = (
-        datasets.cat.codes if isinstance(datasets.dtype, pd.CategoricalDtype) else pd.factorize(datasets)[0]
-    )
-    order = np.lexsort((-table[column].to_numpy(float), np.asarray(position)))
+    order = np.lexsort((-table[column].to_numpy(float), _positions(table["dataset"])))
     return table.iloc[order].reset_index(drop=True)
+
+
+def _positions(values: pd.Series) -> np.ndarray:
+    """Sort keys of a column in config order (its categories), else in order of first appearance."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return np.asarray(values.cat.codes)
+    return pd.factorize(values)[0]
 
 
 def best_in_datasets(table: pd.DataFrame, column: str) -> pd.DataFrame | None:
@@ -693,6 +709,11 @@ def write_ranking_agreement(systems: pd.DataFrame, phi: float, stem: str) -> Non
 def write_displacement_table(systems: pd.DataFrame, stem: str) -> None:
     """Table 5: rank and nDCG displacement per dataset × condition; the largest mean |Δr| per dataset bold."""
     table = displacement_by_condition_table(displacement_frame(systems))
+    if not table.empty:  # rows as in the paper: by role, PersonaHub before USPersona, then the fixed roles
+        conditions = table["condition"].astype(str)
+        rank = {c: i for i, c in enumerate(in_paper_order(conditions.unique(), PAPER_TABLE5_ORDER))}
+        order = np.lexsort((conditions.map(rank).to_numpy(), _positions(table["dataset"])))
+        table = table.iloc[order].reset_index(drop=True)
     tables.write_table(table, stem, _DECIMALS, bold=best_in_datasets(table, "mean |Δr|"))
 
 

@@ -17,17 +17,18 @@ from stressprobe.errors import StressprobeError
 from stressprobe.judging import CONDITIONS
 
 BASELINE = CONDITIONS[0]
-METRICS = {"τ-b": "τ-b", "RBO": "RBO"}
+METRICS = ("τ-b", "RBO")
 
 
 def ranking_blocks_table(ranking: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
     """Table 4 in blocks: rows dataset × metric (τ-b, then RBO) × model, a column per condition.
 
-    `ranking` is the long Table 4 (`analysis.ranking_agreement_table`); `conditions` in config order.
-    Non-baseline conditions come first, UMBRELA last; a condition absent from the table is left out.
+    `ranking` is the long Table 4 (`analysis.ranking_agreement_table`); `conditions` are the configured
+    ones, laid out in the paper's order (PersonaHub, USPersona, Evidence, GAP, UMBRELA last); a condition
+    absent from the table is left out.
     """
     present = set(ranking["condition"].astype(str)) if not ranking.empty else set()
-    columns = [c for c in conditions if c != BASELINE and c in present]
+    columns = analysis.in_paper_order([c for c in conditions if c in present and c != BASELINE])
     columns += [BASELINE] if BASELINE in present else []
     rows = []
     for dataset, block in ranking.groupby("dataset", observed=True, sort=True):
@@ -110,7 +111,7 @@ def representative_systems_table(
     return pd.DataFrame(rows, columns=[*columns, "type"])
 
 
-_DECIMALS = {"mean |Δr| min": 2, "mean |Δr| max": 2, "max |Δr| min": 0, "max |Δr| max": 0}
+_DECIMALS = {"mean |Δr| min": 2, "mean |Δr| max": 2, "max |Δr| min": 1, "max |Δr| max": 1}
 
 
 def write_ranking_blocks(systems: pd.DataFrame, phi: float, conditions: Sequence[str], stem: str) -> None:
