@@ -249,7 +249,7 @@ def ndcg_scatter_grid(
                 ax.set_title(model if row == 0 else "")
                 ax.set_xlabel("human nDCG@10" if row == len(datasets) - 1 else "")
                 if col == 0:
-                    ax.set_ylabel(f"{dataset}\ncondition nDCG@10")
+                    ax.set_ylabel(f"{dataset}\nnDCG@10")  # short: a row is one panel high
                 else:
                     ax.tick_params(labelleft=False)
         _condition_legend(fig, conditions, colors)

@@ -261,7 +261,7 @@ def vs_paper_summary(table: pd.DataFrame) -> pd.DataFrame:
                 "with run CI": len(checked),
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).astype({"paper in run CI": "Int64"})
 
 
 _DECIMALS = {
