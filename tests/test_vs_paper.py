@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from helpers import ROOT
 from test_analysis import DELTA, systems_frame
 from test_metrics import tau_b_by_definition
@@ -43,6 +44,14 @@ def test_shipped_values_pass_the_transcription_checks():
     assert cells[("table5", "rag24", "personahub/domain", "mean_abs_rank")] == 1.96
     t4 = values[values["table"] == "table4"]
     assert t4["value"].between(0, 1).all()
+
+
+def test_paper_config_lists_the_representative_systems_of_the_published_table7():
+    values = vs_paper.read_paper_values(SHIPPED)
+    published = values[values["table"] == "table7"].drop_duplicates("dataset").set_index("dataset")["systems"]
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    configured = config["analysis"]["representative_systems"]
+    assert {d: " ".join(entries) for d, entries in configured.items()} == published.to_dict()
 
 
 @pytest.mark.parametrize(
