@@ -11,7 +11,12 @@ def main(smk):
     run_types = analysis.read_run_types(smk.params.order["dataset"], smk.input.run_metadata)
     analysis.write_sensitive_systems(systems, run_types, smk.params.top_k, stem(smk.output.table))
     paper_tables.write_representative_systems(
-        systems, run_types, smk.params.representative, smk.params.top_k, stem(smk.output.paper)
+        systems,
+        run_types,
+        smk.params.representative,
+        smk.params.top_k,
+        stem(smk.output.paper),
+        datasets=smk.params.order["dataset"],
     )
 
 

@@ -145,6 +145,17 @@ def test_table7_entry_matching_no_run_is_a_one_line_error():
         )
 
 
+def test_table7_selection_for_an_unknown_dataset_is_a_one_line_error(tmp_path):
+    systems, _ = systems_frame()
+    with pytest.raises(
+        StressprobeError, match=r"representative_systems: 'dl2O' is not a judging dataset \(d\)"
+    ):
+        paper_tables.write_representative_systems(
+            systems, {}, {"dl2O": ["a"]}, 2, tmp_path / "t7", datasets=["d"]
+        )
+    assert not (tmp_path / "t7.csv").exists()
+
+
 def test_expand_systems_prefix_families_and_exact_names():
     runs = ["ielab-1", "ielab-2", "iiia_standard_a", "ielab"]
     assert paper_tables.expand_systems(["ielab-*", "ielab", "nope"], runs) == {

@@ -120,13 +120,30 @@ def write_ranking_blocks(systems: pd.DataFrame, phi: float, conditions: Sequence
     tables.write_table(table, stem)
 
 
+def check_selection(selection: Mapping[str, Sequence[str]], datasets: Sequence[str]) -> None:
+    """A configured dataset name that is not a judging dataset is an error (a typo would silently fall
+    back to the most sensitive runs)."""
+    for dataset in selection:
+        if dataset not in datasets:
+            raise StressprobeError(
+                f"analysis.representative_systems: '{dataset}' is not a judging dataset "
+                f"({', '.join(datasets)}); fix the name"
+            )
+
+
 def write_representative_systems(
     systems: pd.DataFrame,
     run_types: Mapping[str, Mapping[str, str]],
     selection: Mapping[str, Sequence[str]],
     top_k: int,
     stem: str,
+    datasets: Sequence[str] | None = None,
 ) -> None:
-    """Table 7 in the paper's layout: representative systems per dataset and type, with |Δr| ranges."""
+    """Table 7 in the paper's layout: representative systems per dataset and type, with |Δr| ranges.
+
+    `datasets`: the configured ones, against which `selection`'s names are checked (when given).
+    """
+    if datasets is not None:
+        check_selection(selection, datasets)
     table = representative_systems_table(analysis.displacement_frame(systems), run_types, selection, top_k)
     tables.write_table(table, stem, _DECIMALS)
