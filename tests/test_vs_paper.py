@@ -14,7 +14,7 @@ from test_analysis import DELTA, systems_frame
 from test_metrics import tau_b_by_definition
 from test_paper_layouts import kappa_frame
 
-from stressprobe import metrics, vs_paper
+from stressprobe import analysis, metrics, vs_paper
 from stressprobe.errors import StressprobeError
 
 SHIPPED = ROOT / "resources" / "paper" / "persona_values.tsv"
@@ -23,10 +23,14 @@ HEADER = "\t".join(vs_paper.COLUMNS)
 
 def test_shipped_values_read_and_cover_tables_3_to_7():
     values = vs_paper.read_paper_values(SHIPPED)
+    # F1: 2 datasets × 6 models × 9 rows; T3: 2 × 6 × 8 conditions × 2; T4: 2 × 2 metrics × 6 × 9;
+    # T5: 2 × 8 × 3; T6: 2 × 6 × 2; T7: 2 × 4.
     counts = values.groupby("table").size().to_dict()
-    # T3: 2 datasets × 6 models × 8 conditions × 2; T4: 2 × 2 metrics × 6 × 9; T5: 2 × 8 × 3; T6: 2 × 6 × 2; T7: 2 × 4.
-    assert counts == {"table3": 192, "table4": 216, "table5": 48, "table6": 24, "table7": 8}
-    assert set(values["source"]) == {f"arXiv:2608.10385v1 Table {n}" for n in range(3, 8)}
+    assert counts == {"figure1": 108, "table3": 192, "table4": 216, "table5": 48, "table6": 24, "table7": 8}
+    sources = {f"arXiv:2608.10385v1 Table {n}" for n in range(3, 8)} | {"arXiv:2608.10385v1 Figure 1"}
+    assert set(values["source"]) == sources
+    human = values[values["metric"] == "kappa_human"]
+    assert set(human["condition"]) == {"baseline/umbrela"} and len(human) == 12
 
 
 def test_shipped_values_pass_the_transcription_checks():
@@ -44,6 +48,7 @@ def test_shipped_values_pass_the_transcription_checks():
     assert cells[("table5", "rag24", "personahub/domain", "mean_abs_rank")] == 1.96
     t4 = values[values["table"] == "table4"]
     assert t4["value"].between(0, 1).all()
+    assert values.loc[values["table"] == "figure1", "value"].between(0, 1).all()
 
 
 def test_paper_config_lists_the_representative_systems_of_the_published_table7():
@@ -90,11 +95,23 @@ def write_values(path, rows):
 def test_vs_paper_sets_the_run_beside_each_published_cell(tmp_path):
     systems, scores = systems_frame()
     kappa = kappa_frame()
+    against_umbrela = [
+        ("d", "m1", "fixed/gap", "umbrela", f"q{i}", 3, k) for i, k in enumerate((0.2, 0.4, 0.6))
+    ]
+    kappa = analysis.categorize(
+        pd.concat([kappa, pd.DataFrame(against_umbrela, columns=kappa.columns)], ignore_index=True),
+        {
+            "dataset": ["d"],
+            "model": ["m1", "m2"],
+            "condition": ["baseline/umbrela", "fixed/evidence", "fixed/gap"],
+        },
+    )
     # Run names d, m1 appear in the file as dl20, gpt-4o (analysis.vs_paper.names).
     names = {"d": "dl20", "m1": "gpt-4o"}
     values = write_values(
         tmp_path / "values.tsv",
         [
+            ("figure1", "dl20", "gpt-4o", "fixed/gap", "", "kappa_umbrela", 0.5, "", "", "f1"),
             ("table3", "dl20", "gpt-4o", "fixed/evidence", "", "win_rate", 90.0, "", "", "t3"),
             ("table3", "dl20", "gpt-4o", "fixed/evidence", "", "mean_shift", 0.05, "", "", "t3"),
             ("table4", "dl20", "gpt-4o", "fixed/gap", "", "tau", 0.5, "", "", "t4"),
@@ -116,6 +133,10 @@ def test_vs_paper_sets_the_run_beside_each_published_cell(tmp_path):
     def cell(*key):
         return got.loc[key]
 
+    # Figure 1: the mean per-query κ of m1's gap labels with its UMBRELA labels, (0.2 + 0.4 + 0.6) / 3.
+    assert cell("figure1", "dl20", "gpt-4o", "fixed/gap", "", "kappa_umbrela")["difference"] == pytest.approx(
+        0.4 - 0.5
+    )
     row = cell("table3", "dl20", "gpt-4o", "fixed/evidence", "", "win_rate")
     assert (row["run"], row["difference"]) == pytest.approx((100.0, 10.0))
     assert cell("table3", "dl20", "gpt-4o", "fixed/evidence", "", "mean_shift")["run"] == pytest.approx(0.1)

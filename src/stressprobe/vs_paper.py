@@ -24,6 +24,7 @@ KEY = ["table", "dataset", "model", "condition", "systems", "metric"]
 COLUMNS = [*KEY, "value", "ci_low", "ci_high", "source"]
 #: The metrics each table may hold, and where they come from in the run's tables.
 METRICS = {
+    "figure1": {"kappa_umbrela": "κ vs UMBRELA", "kappa_human": "κ vs human"},
     "table3": {"win_rate": "W%", "mean_shift": "Δ̄"},
     "table4": {"tau": "τ-b", "rbo": "RBO"},
     "table5": {
@@ -44,6 +45,7 @@ METRICS = {
 }
 #: Which key fields a table's cells use (the others stay blank).
 FIELDS = {
+    "figure1": ("dataset", "model", "condition"),
     "table3": ("dataset", "model", "condition"),
     "table4": ("dataset", "model", "condition"),
     "table5": ("dataset", "condition"),
@@ -87,7 +89,9 @@ def read_paper_values(path: str | Path) -> pd.DataFrame:
         row = dict(zip(COLUMNS, (f.strip() for f in fields), strict=True))
         table, metric = row["table"], row["metric"]
         if table not in METRICS:
-            raise StressprobeError(f"{path}:{lineno}: table '{table}' is not one of {', '.join(METRICS)}")
+            raise StressprobeError(
+                f"{path}:{lineno}: table '{table}' is not one of {', '.join(METRICS)}; fix it"
+            )
         if metric not in METRICS[table]:
             raise StressprobeError(
                 f"{path}:{lineno}: metric '{metric}' is not one of {table}'s ({', '.join(METRICS[table])})"
@@ -148,7 +152,7 @@ def run_values(
     table7_rows: pd.DataFrame,
     names: Mapping[str, str],
 ) -> pd.DataFrame:
-    """The run's values of Tables 3–7 in the values file's long form (names already mapped).
+    """The run's values of Figure 1 and Tables 3–7 in the values file's long form (names already mapped).
 
     `table7_rows` are the paper's Table 7 cells: the run's |Δr| ranges are computed over the same systems
     (its `systems` field: run names or `prefix*` families, separated by spaces).
@@ -156,7 +160,7 @@ def run_values(
     from stressprobe import paper_tables
 
     displacement = analysis.displacement_frame(systems)
-    parts = []
+    parts = [_long(analysis.kappa_agreement_table(kappa), "figure1")]
     detail = analysis.win_rate_significance_table(kappa)
     if not detail.empty:
         parts.append(_long(detail, "table3"))
