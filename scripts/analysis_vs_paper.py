@@ -1,4 +1,4 @@
-"""The vs_paper scorecard: the run's Table 3-7 values beside the paper's published ones."""
+"""The vs_paper scorecard: the run's Figure 1 and Table 3-7 values beside the paper's published ones."""
 
 from stressprobe import analysis, vs_paper
 from stressprobe.snakemake_io import run_script
