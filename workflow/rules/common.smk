@@ -332,6 +332,31 @@ def domain_embedding(wildcards):
     return None if dataset_entry(wildcards.dataset)["domains"] else config["embedding"]
 
 
+def domain_agreement_datasets():
+    """Datasets whose user-given domains file is compared with the automatic assignment (needs a taxonomy)."""
+    if not config["personas"]["domain_agreement"]:
+        return []
+    if not Path(config["personas"]["taxonomy"]).is_file():
+        return []
+    return [d for d in judging_datasets() if dataset_entry(d)["domains"]]
+
+
+def domain_agreement_outputs():
+    if not domain_agreement_datasets():
+        return []
+    return [
+        *(
+            f"results/data/{d}/domain_agreement.json"
+            for d in domain_agreement_datasets()
+        ),
+        *(
+            f"results/tables/{name}.{ext}"
+            for name in ("domain_agreement", "domain_confusion")
+            for ext in ("csv", "md", "tex")
+        ),
+    ]
+
+
 def persona_source(name):
     return config["personas"]["sources"][name]
 
@@ -358,12 +383,13 @@ ANALYSIS_TABLES = {
     "kappa": ["kappa_agreement"],
     "win_rate": ["table3_win_rate", "table3_significance"],
     "label_shift": ["label_shift"],
-    "ranking": ["table4_ranking_agreement"],
+    "ranking": ["table4_ranking_agreement", "table4_ranking_agreement_paper"],
     "displacement": ["table5_rank_displacement"],
     "displacement_ci": ["table6_displacement_ci"],
-    "sensitive": ["table7_sensitive_systems"],
+    "sensitive": ["table7_sensitive_systems", "table7_sensitive_systems_paper"],
     "direction": ["direction_consistency", "direction_consistency_counts"],
     "sources": ["persona_sources"],
+    "vs_paper": ["vs_paper", "vs_paper_summary"],
 }
 ANALYSIS_FIGURES = ["figure1_kappa_heatmap", "label_shift", "figure2_ndcg_scatter"]
 
@@ -428,6 +454,7 @@ def analysis_outputs():
     tables = [
         path for family in ANALYSIS_TABLES for path in analysis_table_files(family)
     ]
+    tables += domain_agreement_outputs()
     return tables + [
         f"results/figures/{name}.{ext}"
         for name in ANALYSIS_FIGURES
