@@ -11,7 +11,7 @@ from stressprobe.snakemake_io import cache_path, log, run_script
 
 def main(smk):
     judging = smk.params.judging
-    judge = load_judge_template(smk.input.judge_template)
+    judge = load_judge_template(smk.input.judge_template).with_system(judging["system_message"])
     templates = {
         "judge": judge.user,
         "judge_system": judge.system,

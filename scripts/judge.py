@@ -19,7 +19,7 @@ def main(smk):
     source, role = split_condition(f"{smk.wildcards.source}/{smk.wildcards.role}")
     summaries = read_jsonl(smk.input.summaries)
     topics = read_topics(smk.input.topics)
-    template = load_judge_template(smk.input.template)
+    template = load_judge_template(smk.input.template).with_system(smk.params.system_message)
     # The workflow passes a persona table only to retrieved conditions.
     path = smk.input.get("personas", "")
     records = read_jsonl(path) if path else None

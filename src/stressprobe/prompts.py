@@ -71,6 +71,12 @@ class JudgeTemplate:
     user: str
     system: str | None = None
 
+    def with_system(self, override: str | None) -> JudgeTemplate:
+        """The template with `judging.system_message` applied: None keeps its own, "" sends none."""
+        if override is None:
+            return self
+        return JudgeTemplate(self.user, override or None)
+
 
 def load_judge_template(path: str | Path, required: tuple[str, ...] = JUDGE_PLACEHOLDERS) -> JudgeTemplate:
     """A judge template from a text file (the user message) or a YAML file with `system_message` and

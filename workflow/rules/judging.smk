@@ -82,6 +82,7 @@ rule judge:
         logprobs=config["judging"]["logprobs"],
         prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
         delivery=fixed_delivery,
+        system_message=config["judging"]["system_message"],
     script:
         "../../scripts/judge.py"
 
