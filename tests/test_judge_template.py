@@ -56,12 +56,16 @@ def filled(query: str, passage: str) -> str:
     return STAND_IN_USER.format(query=query, passage=passage)
 
 
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class FileServer:
     """A static HTTP server on 127.0.0.1 serving one directory (started and stopped by the test)."""
 
     def __init__(self, root: Path) -> None:
-        handler = partial(SimpleHTTPRequestHandler, directory=str(root))
-        handler.log_message = lambda *args: None  # type: ignore[method-assign]
+        handler = partial(QuietHandler, directory=str(root))
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -222,7 +226,9 @@ def test_every_judge_prompt_is_the_fetched_template_filled_in_with_its_system_me
 
     assert (workdir / "results" / "prompts" / "judge_template.yaml").read_bytes() == data
     topics = read_topics(workdir / "data" / "topics.tsv")
-    passages = dict(line.split("\t", 1) for line in (workdir / "data" / "passages.tsv").read_text().splitlines())
+    passages = dict(
+        line.split("\t", 1) for line in (workdir / "data" / "passages.tsv").read_text().splitlines()
+    )
     sentence = "You are acting as a careful rater of search results."
     expected = []
     for condition, path in cells.items():
@@ -231,7 +237,8 @@ def test_every_judge_prompt_is_the_fetched_template_filled_in_with_its_system_me
             user = filled(topics[record["qid"]], passages[record["docid"]])
             expected.append([{"role": "system", "content": system}, {"role": "user", "content": user}])
     assert len(expected) == 12
-    assert sorted(map(json.dumps, (b["messages"] for b in bodies))) == sorted(map(json.dumps, expected))
+    canonical = partial(json.dumps, sort_keys=True)
+    assert sorted(map(canonical, (b["messages"] for b in bodies))) == sorted(map(canonical, expected))
 
 
 def test_a_checksum_mismatch_stops_with_one_line(tmp_path, served_template):

@@ -553,9 +553,7 @@ def write_judgment_frames(
     unparsed: str = "exclude",
 ) -> None:
     """Per dataset: per-query κ (vs human, vs UMBRELA) and label shift counts of every judged cell."""
-    labels = {
-        tuple(cell): read_labels(path, unparsed) for cell, path in zip(cells, label_paths, strict=True)
-    }
+    labels = {tuple(cell): read_labels(path, unparsed) for cell, path in zip(cells, label_paths, strict=True)}
     write_frame(dataset_kappa(dataset, labels, read_labels(human_path)), kappa_path)
     write_frame(dataset_label_shift(dataset, labels), shift_path)
 

@@ -24,11 +24,11 @@ from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_me
 from stressprobe.io import atomic_write
 from stressprobe.judging import (
     JudgeSettings,
-    persona_delivery,
     condition_personas,
     is_retrieved,
     judgeable,
     passage_record,
+    persona_delivery,
     split_condition,
     summary_requests,
 )

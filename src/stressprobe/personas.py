@@ -343,7 +343,9 @@ def select_personas(
         if orthogonal == "nearest_zero":
             similarities = query_similarities[i]
             records.append(
-                role_record(qid, "orthogonal", similarities, pool, k, most=True, order_by=-np.abs(similarities))
+                role_record(
+                    qid, "orthogonal", similarities, pool, k, most=True, order_by=-np.abs(similarities)
+                )
             )
         else:
             records.append(role_record(qid, "orthogonal", query_similarities[i], pool, k, most=False))

@@ -173,7 +173,7 @@ def judge_prompt(template: str, query: str, passage: str, persona: str | None = 
 
 
 def persona_sentence(persona: str) -> str:
-    """"You are acting as {persona}." for a persona text."""
+    """ "You are acting as {persona}." for a persona text."""
     return PERSONA_PREFIX.format(persona=persona_phrase(persona))
 
 
