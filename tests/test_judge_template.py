@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -163,6 +164,30 @@ def test_the_openai_backend_sends_the_system_message():
         {"role": "system", "content": "You are acting as a careful rater of search results.\nS"},
         {"role": "user", "content": "Q: q"},
     ]
+
+
+def test_the_vllm_and_llamacpp_backends_send_the_system_message(tmp_path, monkeypatch):
+    from test_llm_llamacpp import MODELS
+    from test_llm_vllm import ENTRY, fake_vllm
+
+    from stressprobe.llm import open_client
+
+    request = JudgeSettings("Q: {query}", 4, system="S", delivery="system").request("q", "p", GAP)
+    system = "You are acting as a careful rater of search results.\nS"
+    calls: dict = {}
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(calls))
+    with open_client({"big": ENTRY}, "big", tmp_path / "v.sqlite") as client:
+        client.generate([request])
+    assert calls["chat"][0][0][0] == [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Q: q"},
+    ]
+    with open_client(MODELS, "smollm2-135m", tmp_path / "l.sqlite") as client:
+        rendered = client.backend.render(request)
+        plain = client.backend.render(JudgeSettings("Q: {query}", 4).request("q", "p", None))
+    # the chat template's system turn holds the message (instead of the model's default system text)
+    assert system in rendered and rendered.index(system) < rendered.index("Q: q")
+    assert system not in plain
 
 
 # ---- fetching with a checksum ----
