@@ -37,21 +37,8 @@ _FIRST_LINE_GRADE = re.compile(r"\s*(\d)[ \t]*\n")
 def load_template(path: str | Path, required: tuple[str, ...]) -> str:
     """Read a prompt template and check that it has every `{placeholder}` in `required`."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StressprobeError(
-            f"{path}: prompt template not found; fix the template path in the config"
-        ) from None
-    except UnicodeDecodeError:
-        raise StressprobeError(f"{path}: not valid UTF-8; re-encode the template as UTF-8") from None
-    present = set(PLACEHOLDER.findall(text))
-    missing = [name for name in required if name not in present]
-    if missing:
-        names = ", ".join("{" + name + "}" for name in missing)
-        raise StressprobeError(
-            f"{path}: the template lacks the placeholder(s) {names}; add them where the text goes"
-        )
+    text = _read_text(path)
+    _check_placeholders(text, required, path)
     return text
 
 
