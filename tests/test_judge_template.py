@@ -28,7 +28,7 @@ from openai_server import OpenAIServer
 from stressprobe.analysis import read_judgments
 from stressprobe.datasets import read_topics
 from stressprobe.errors import StressprobeError
-from stressprobe.fetch import fetch_verified
+from stressprobe.fetch import check_source, fetch_verified
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.judging import JudgeSettings, judgment_qrels, persona_delivery
 from stressprobe.llm.backends.openai import chat_arguments
@@ -300,6 +300,18 @@ def test_a_url_template_without_a_checksum_is_a_config_error(tmp_path):
         "error: config key 'judging.prompt_sha256': required when 'judging.prompt' is a URL; "
         "give the sha256 of the file the study must use"
     ]
+
+
+def test_a_local_template_given_with_a_checksum_is_checked(tmp_path):
+    local = tmp_path / "official.yaml"
+    local.write_text(stand_in_yaml())
+    good = hashlib.sha256(local.read_bytes()).hexdigest()
+    check_source(str(local), good, "judging.prompt")
+    check_source(str(local), None, "judging.prompt")  # no checksum: the project's own template
+    with pytest.raises(
+        StressprobeError, match=r"'judging\.prompt_sha256': .*official\.yaml has sha256 " + good
+    ):
+        check_source(str(local), "a" * 64, "judging.prompt")
 
 
 # ---- judging.unparsed ----

@@ -35,6 +35,26 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def check_source(spec: str, sha256: str | None, config_key: str) -> None:
+    """Before any job: a URL needs its pinned sha256 (an unpinned published text could change under the
+    study), and a local copy given with one (e.g. downloaded by hand for an offline cluster) must match it."""
+    if is_url(spec):
+        if not sha256:
+            raise StressprobeError(
+                f"config key '{config_key}_sha256': required when '{config_key}' is a URL; "
+                "give the sha256 of the file the study must use"
+            )
+        return
+    path = Path(spec)
+    if sha256 and path.is_file():
+        got = sha256_hex(path.read_bytes())
+        if got != sha256.lower():
+            raise StressprobeError(
+                f"config key '{config_key}_sha256': {path} has sha256 {got}, not {sha256}; "
+                "use the pinned file or fix the checksum"
+            )
+
+
 def fetch_verified(url: str, sha256: str, dest: str | os.PathLike, config_key: str) -> None:
     """Download `url` to `dest` if its sha256 is `sha256`; otherwise nothing is written and the error names
     `config_key` (the key that holds the URL; its checksum is `{config_key}_sha256`)."""

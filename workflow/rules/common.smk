@@ -168,19 +168,12 @@ stop_on_error(_check_judging_config)
 from stressprobe import fetch as _fetch
 
 
-def _check_prompt_source():
-    """A URL template needs its checksum: an unpinned published text could change under the study."""
-    if (
-        _fetch.is_url(config["judging"]["prompt"])
-        and not config["judging"]["prompt_sha256"]
-    ):
-        raise StressprobeError(
-            "config key 'judging.prompt_sha256': required when 'judging.prompt' is a URL; "
-            "give the sha256 of the file the study must use"
-        )
-
-
-stop_on_error(_check_prompt_source)
+stop_on_error(
+    _fetch.check_source,
+    config["judging"]["prompt"],
+    config["judging"]["prompt_sha256"],
+    "judging.prompt",
+)
 
 
 def judge_template():
