@@ -12,6 +12,7 @@ def main(smk):
         smk.input.human,
         smk.output.kappa,
         smk.output.shift,
+        smk.params.unparsed,
     )
 
 

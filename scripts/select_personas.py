@@ -28,6 +28,7 @@ def main(smk):
         pool,
         pool_vectors,
         k=smk.params.candidates,
+        orthogonal=smk.params.orthogonal,
     )
     write_jsonl(smk.output[0], records)
 

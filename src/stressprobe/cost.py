@@ -32,6 +32,7 @@ from stressprobe.persona.judging import (
     is_retrieved,
     judgeable,
     passage_record,
+    persona_delivery,
     split_condition,
     summary_requests,
 )
@@ -155,8 +156,9 @@ def judging_estimates(
     fixed_personas: Mapping[str, str],
     summarizer: str | None,
     models: Mapping[str, Mapping[str, Any]],
-    templates: Mapping[str, str],
+    templates: Mapping[str, str | None],
     cache: CacheView,
+    deliveries: Mapping[str, str] | None = None,
 ) -> list[CellEstimate]:
     """The summarize cell (when the dataset is summarized) and every judge cell of one dataset.
 
@@ -179,6 +181,8 @@ def judging_estimates(
                 judging["judge_max_tokens"],
                 judging["logprobs"],
                 answer_prefill(models[model], judging["answer_prefix"]),
+                system=templates.get("judge_system"),
+                delivery=persona_delivery(source, role, deliveries or {}),
             )
             requests = settings.cell_requests(texts, topics, personas)
             rows.append(estimate_cell("judging", dataset, condition, model, models[model], requests, cache))

@@ -34,6 +34,7 @@ rule analysis_judgments:
         **config["resources"]["data"],
     params:
         cells=analysis_label_cells,
+        unparsed=config["judging"]["unparsed"],
     script:
         "../../scripts/analysis_judgments.py"
 

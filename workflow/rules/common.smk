@@ -164,6 +164,33 @@ def _check_judging_config():
 stop_on_error(_check_judging_config)
 
 
+# -- the judge prompt template: a local file, or a published one fetched (and checksummed) by a job --
+from stressprobe import fetch as _fetch
+
+
+stop_on_error(
+    _fetch.check_source,
+    config["judging"]["prompt"],
+    config["judging"]["prompt_sha256"],
+    "judging.prompt",
+)
+
+
+def judge_template():
+    """The judge template file jobs read: the configured path, or where the download job puts the URL's file."""
+    spec = config["judging"]["prompt"]
+    if _fetch.is_url(spec):
+        return f"results/prompts/judge_template{_fetch.url_suffix(spec)}"
+    return spec
+
+
+def fixed_delivery(wildcards):
+    """How a fixed persona is delivered (`personas.delivery`), only for that role; {} for other conditions."""
+    if wildcards.source != "fixed":
+        return {}
+    return {wildcards.role: config["personas"]["delivery"][wildcards.role]}
+
+
 JUDGE_MODEL_RE = _alternation(judge_models())
 EXTERNAL_RE = _alternation(external_judges())
 DATASET_RE = _alternation(judging_datasets())
@@ -206,8 +233,9 @@ def summarizes(dataset):
 
 
 def summarizer(dataset):
-    """The summarizer model of a dataset, or None when summarization is off for it."""
-    if not summarizes(dataset):
+    """The summarizer model of a dataset, or None when summarization is off for it (or nothing is judged
+    by a model: with no judge models there is nothing to summarize for)."""
+    if not summarizes(dataset) or not judge_models():
         return None
     return config["judging"]["summarizer"] or judge_models()[0]
 
@@ -237,7 +265,7 @@ def judge_inputs(wildcards):
     inputs = {
         "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
         "topics": f"results/data/{wildcards.dataset}/topics.tsv",
-        "template": config["judging"]["prompt"],
+        "template": judge_template(),
     }
     if _judging.is_retrieved(wildcards.source):
         inputs["personas"] = (
@@ -617,7 +645,7 @@ def cost_inputs(wildcards):
     Not the summaries: building them costs money, so the estimate reads them only if a run wrote them.
     """
     inputs = {
-        "judge_template": config["judging"]["prompt"],
+        "judge_template": judge_template(),
         "summary_template": config["judging"]["summary_prompt"],
     }
     for dataset in cost_judging_datasets():

@@ -46,6 +46,7 @@ rule select_personas:
     params:
         candidates=config["personas"]["candidates"],
         embedding=config["embedding"],
+        orthogonal=config["personas"]["orthogonal"],
     script:
         "../../scripts/select_personas.py"
 

@@ -44,8 +44,10 @@ def in_paper_order(conditions, paper_order: Sequence[str] = PAPER_COLUMN_ORDER) 
 # ---- reading the judging stage's files ----
 
 
-def read_judgments(path: str | Path) -> pd.DataFrame:
+def read_judgments(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
     """A judgments file (one JSON object per line) → `qid, docid, label` (label NaN = null, i.e. unparsed).
+
+    With `unparsed` "zero" (`judging.unparsed`) an unparsed answer reads as grade 0, as in the cell's qrels.
 
     The file is parsed in one call for speed (tens of thousands of lines per cell); when that fails,
     it is read again line by line so that the error names the offending line.
@@ -66,6 +68,9 @@ def read_judgments(path: str | Path) -> pd.DataFrame:
             )
     frame = pd.DataFrame.from_records(records, columns=["qid", "docid", "label"])
     frame = frame.astype({"qid": str, "docid": str, "label": float})
+    if unparsed == "zero":
+        graded = [record.get("status") == "unparsed" for record in records]
+        frame.loc[graded, "label"] = 0.0
     bad = frame["label"].notna() & ~frame["label"].isin(metrics.GRADES)
     if bad.any():
         number = int(bad.to_numpy().argmax()) + 1
@@ -82,10 +87,10 @@ def qrels_frame(qrels: Qrels) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["qid", "docid", "label"])
 
 
-def read_labels(path: str | Path) -> pd.DataFrame:
+def read_labels(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
     """Labels of one judging cell: a judgments `.jsonl`, or TREC qrels (external judges come as qrels)."""
     if str(path).endswith(".jsonl"):
-        return read_judgments(path)
+        return read_judgments(path, unparsed)
     return qrels_frame(read_qrels(path, allow_empty=True))
 
 
@@ -609,9 +614,10 @@ def write_judgment_frames(
     human_path: str | Path,
     kappa_path: str | Path,
     shift_path: str | Path,
+    unparsed: str = "exclude",
 ) -> None:
     """Per dataset: per-query κ (vs human, vs UMBRELA) and label shift counts of every judged cell."""
-    labels = {tuple(cell): read_labels(path) for cell, path in zip(cells, label_paths, strict=True)}
+    labels = {tuple(cell): read_labels(path, unparsed) for cell, path in zip(cells, label_paths, strict=True)}
     write_frame(dataset_kappa(dataset, labels, read_labels(human_path)), kappa_path)
     write_frame(dataset_label_shift(dataset, labels), shift_path)
 

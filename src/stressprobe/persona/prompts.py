@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import string
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from stressprobe.errors import StressprobeError
 from stressprobe.persona.data import GRADES
@@ -33,14 +37,90 @@ _FIRST_LINE_GRADE = re.compile(r"\s*(\d)[ \t]*\n")
 def load_template(path: str | Path, required: tuple[str, ...]) -> str:
     """Read a prompt template and check that it has every `{placeholder}` in `required`."""
     path = Path(path)
+    text = _read_text(path)
+    _check_placeholders(text, required, path)
+    return text
+
+
+# How a fixed persona reaches the judge: the "You are acting as ..." sentence before the user message
+# (prefix), or the same sentence as the system message (system).
+DELIVERIES = ("prefix", "system")
+# A YAML template (UMBRELA's format) names its fields as Python format fields; they map to the project's
+# placeholders. `examples` holds few-shot examples, which this study never uses (zero-shot): it is empty.
+YAML_FIELDS = {"query": "{query}", "passage": "{passage}", "examples": ""}
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class JudgeTemplate:
+    """A judge prompt: the user message template and an optional system message (None: none is sent)."""
+
+    user: str
+    system: str | None = None
+
+    def with_system(self, override: str | None) -> JudgeTemplate:
+        """The template with `judging.system_message` applied: None keeps its own, "" sends none."""
+        if override is None:
+            return self
+        return JudgeTemplate(self.user, override or None)
+
+
+def load_judge_template(path: str | Path, required: tuple[str, ...] = JUDGE_PLACEHOLDERS) -> JudgeTemplate:
+    """A judge template from a text file (the user message) or a YAML file with `system_message` and
+    `prefix_user` (UMBRELA's template format); an empty system message means none is sent."""
+    path = Path(path)
+    if path.suffix.lower() not in YAML_SUFFIXES:
+        return JudgeTemplate(load_template(path, required))
+    text = _read_text(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f"{path}:{line + 1}" if line is not None else str(path)
+        raise StressprobeError(f"{where}: not valid YAML; fix the template file") from None
+    if not isinstance(data, dict) or not isinstance(data.get("prefix_user"), str):
+        raise StressprobeError(
+            f"{path}: a YAML template needs a text `prefix_user` (and optionally `system_message`)"
+        )
+    system = data.get("system_message") or ""
+    if not isinstance(system, str):
+        raise StressprobeError(f"{path}: `system_message` must be text; fix the template file")
+    user = _format_fields_to_placeholders(data["prefix_user"], path)
+    _check_placeholders(user, required, path)
+    return JudgeTemplate(user=user, system=system or None)
+
+
+def _format_fields_to_placeholders(text: str, path: Path) -> str:
+    """A Python format string (`{query}`, `{{` for a brace) as a template of the project's placeholders."""
+    parts = []
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise StressprobeError(f"{path}: `prefix_user` is not a valid format string ({exc})") from None
+    for literal, field, _spec, _conversion in parsed:
+        parts.append(literal)
+        if field is None:
+            continue
+        if field not in YAML_FIELDS:
+            raise StressprobeError(
+                f"{path}: unknown field {{{field}}} in `prefix_user`; use {{query}} and {{passage}}"
+            )
+        parts.append(YAML_FIELDS[field])
+    return "".join(parts)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise StressprobeError(
             f"{path}: prompt template not found; fix the template path in the config"
         ) from None
     except UnicodeDecodeError:
         raise StressprobeError(f"{path}: not valid UTF-8; re-encode the template as UTF-8") from None
+
+
+def _check_placeholders(text: str, required: tuple[str, ...], path: Path) -> None:
     present = set(PLACEHOLDER.findall(text))
     missing = [name for name in required if name not in present]
     if missing:
@@ -48,7 +128,6 @@ def load_template(path: str | Path, required: tuple[str, ...]) -> str:
         raise StressprobeError(
             f"{path}: the template lacks the placeholder(s) {names}; add them where the text goes"
         )
-    return text
 
 
 def render(template: str, **values: str) -> str:
@@ -77,7 +156,30 @@ def judge_prompt(template: str, query: str, passage: str, persona: str | None = 
     prompt = render(template, query=query, passage=passage)
     if persona is None:
         return prompt
-    return PERSONA_PREFIX.format(persona=persona_phrase(persona)) + "\n" + prompt
+    return persona_sentence(persona) + "\n" + prompt
+
+
+def persona_sentence(persona: str) -> str:
+    """ "You are acting as {persona}." for a persona text."""
+    return PERSONA_PREFIX.format(persona=persona_phrase(persona))
+
+
+def judge_messages(
+    template: JudgeTemplate, query: str, passage: str, persona: str | None = None, delivery: str = "prefix"
+) -> tuple[str | None, str]:
+    """(system message or None, user message) of one judge prompt.
+
+    `delivery` "prefix" puts the persona sentence before the user message; "system" makes it the system
+    message, followed by the template's own system message when it has one.
+    """
+    if delivery not in DELIVERIES:
+        raise StressprobeError(f"unknown persona delivery {delivery!r}; use one of {', '.join(DELIVERIES)}")
+    if persona is None or delivery == "prefix":
+        return template.system, judge_prompt(template.user, query, passage, persona)
+    system = persona_sentence(persona)
+    if template.system:
+        system += "\n" + template.system
+    return system, render(template.user, query=query, passage=passage)
 
 
 def parse_label(text: str) -> int | None:
