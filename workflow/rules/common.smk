@@ -165,6 +165,9 @@ stop_on_error(_check_judging_config)
 
 
 JUDGE_MODEL_RE = _alternation(judge_models())
+# vLLM judges answer all conditions of a dataset in one job (one model load); the others one job per cell.
+CELL_JUDGE_RE = _alternation([m for m in judge_models() if not is_vllm(m)])
+VLLM_JUDGE_RE = _alternation([m for m in judge_models() if is_vllm(m)])
 EXTERNAL_RE = _alternation(external_judges())
 DATASET_RE = _alternation(judging_datasets())
 # Sources and roles of the configured conditions (judges and external judgments):
@@ -244,6 +247,38 @@ def judge_inputs(wildcards):
             f"results/judging/{wildcards.dataset}/personas/{wildcards.source}.jsonl"
         )
     return inputs
+
+
+def judge_group_inputs(wildcards):
+    """A vLLM judge job reads what all its cells read: one persona table per retrieved source."""
+    inputs = {
+        "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
+        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "template": config["judging"]["prompt"],
+    }
+    for source in sorted({c.split("/")[0] for c in judging_conditions()}):
+        if _judging.is_retrieved(source):
+            inputs[f"personas_{source}"] = (
+                f"results/judging/{wildcards.dataset}/personas/{source}.jsonl"
+            )
+    return inputs
+
+
+def judge_group_outputs(kind):
+    """`{kind}` file of every condition of one (dataset, model) vLLM judge job (wildcards kept)."""
+    return [
+        f"results/judging/{{dataset}}/judgments/{{model}}/{condition}{kind}"
+        for condition in judging_conditions()
+    ]
+
+
+def fixed_personas_of_conditions():
+    """condition -> its fixed assessor text (None for the others), as one vLLM judge job's param."""
+    fixed = config["personas"]["fixed"]
+    return {
+        c: fixed[c.split("/")[1]] if c.split("/")[0] == "fixed" else None
+        for c in judging_conditions()
+    }
 
 
 def fixed_persona(wildcards):

@@ -19,7 +19,7 @@ import httpx
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.backends import backend_identity
-from stressprobe.llm.backends.base import AsyncBackend
+from stressprobe.llm.backends.base import AsyncBackend, Backend
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,12 @@ def preflight(name: str, base_url: str, api_key: str) -> None:
         )
 
 
-def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBackend:
-    """Read the key, check the server answers, and build the backend."""
+def open_backend(name: str, entry: dict[str, Any]) -> Backend:
+    """Read the key, check the server answers, and build the backend (the Batch API's with `batch: true`)."""
+    if entry.get("batch", False):
+        from stressprobe.llm.backends import openai_batch
+
+        return openai_batch.open_backend(name, entry)
     if not entry.get("model"):
         raise StressprobeError(f"config models.{name}.model: missing; give the model id the API expects")
     api_key = read_api_key(name, entry)

@@ -1,0 +1,92 @@
+"""One vLLM model load per (model, dataset): a vLLM judge answers all its cells in one job (rule judge_vllm).
+
+vllm itself needs a GPU: the jobs import the stand-in package tests/vllm_standin/vllm, which logs every
+engine load and every batch of requests, so the test counts loads and calls per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from api_workdir import judge_cell, run_workflow, write_api_config, write_judging_data
+from helpers import ROOT, make_workdir
+
+STANDIN = ROOT / "tests" / "vllm_standin"
+CONDITIONS = ["baseline/umbrela", "fixed/evidence", "fixed/gap"]
+PAIRS = 6  # write_judging_data's default
+
+
+def vllm_config(workdir: Path, **edits) -> Path:
+    return write_api_config(
+        workdir,
+        None,
+        {
+            "models.gpu": {"backend": "vllm", "model": "org/judge-70b", "gpus": 1},
+            "judging.models": ["api", "gpu"],
+            "judging.conditions": CONDITIONS,
+            "cdv.enabled": False,
+            **edits,
+        },
+    )
+
+
+def events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+def standin(monkeypatch, tmp_path):
+    log = tmp_path / "vllm-events.jsonl"
+    path = os.pathsep.join(filter(None, [str(STANDIN), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("STRESSPROBE_VLLM_STANDIN_LOG", str(log))
+    return log
+
+
+def test_dry_run_plans_one_vllm_job_per_dataset_and_one_job_per_cell_for_the_others(tmp_path):
+    from helpers import run_snakemake
+
+    workdir = make_workdir(tmp_path / "w")
+    write_judging_data(workdir)
+    proc = run_snakemake(workdir, "-n", "--quiet", "rules", configfile=vllm_config(workdir))
+    counts = dict(
+        line.split()[:2] for line in proc.stdout.splitlines() if line[:1].isalpha() and len(line.split()) == 2
+    )
+    assert counts["judge_vllm"] == "1"  # one dataset, one vLLM judge: all 3 cells in one job
+    assert counts["judge"] == str(len(CONDITIONS))  # the API judge keeps a job per cell
+
+
+@pytest.mark.slow
+def test_one_load_writes_every_cell_and_reruns_pay_only_for_what_changed(tmp_path, standin):
+    workdir = make_workdir(tmp_path / "w")
+    write_judging_data(workdir)
+    config = vllm_config(workdir)
+    gap = judge_cell(workdir, "fixed/gap", model="gpu")
+    # A target of one cell: the job writes all cells of (dataset, model), loading the model once.
+    run_workflow(workdir, config, str(gap["judgments"].relative_to(workdir)))
+    loads = [e for e in events(standin) if e["event"] == "load"]
+    assert len(loads) == 1
+    assert sum(e["requests"] for e in events(standin) if e["event"] == "chat") == PAIRS * len(CONDITIONS)
+    for condition in CONDITIONS:
+        cell = judge_cell(workdir, condition, model="gpu")
+        usage = json.loads(cell["usage"].read_text())
+        assert usage["calls_made"] == PAIRS and usage["cache_hits"] == 0, condition
+        assert len(cell["judgments"].read_text().splitlines()) == PAIRS
+
+    # Every sibling is a target of its own and is up to date: nothing runs.
+    evidence = judge_cell(workdir, "fixed/evidence", model="gpu")
+    proc = run_workflow(workdir, config, str(evidence["judgments"].relative_to(workdir)))
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert len([e for e in events(standin) if e["event"] == "load"]) == 1
+
+    # A config change of one cell (the gap persona's text) reruns the job once; only that cell costs calls.
+    edited = vllm_config(workdir, **{"personas.fixed.gap": "You are a strict assessor who reads every word."})
+    run_workflow(workdir, edited, str(gap["judgments"].relative_to(workdir)))
+    later = events(standin)
+    assert len([e for e in later if e["event"] == "load"]) == 2
+    assert sum(e["requests"] for e in later if e["event"] == "chat") == PAIRS * (len(CONDITIONS) + 1)
+    assert json.loads(gap["usage"].read_text())["calls_made"] == PAIRS
+    assert json.loads(evidence["usage"].read_text())["cache_hits"] == PAIRS
