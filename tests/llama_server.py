@@ -8,8 +8,9 @@ Usage::
 
 The server is started through `python tests/llama_server.py ARGS...` (this file's `main`), a tiny launcher
 around `llama_cpp.server`: with STRESSPROBE_LLAMA_NO_EXTRA_BUFTS=1 it loads the model with
-`use_extra_bufts=False` (llama.cpp's AMX repacking crashes on some CPUs; the in-process backend switches it
-off the same way where needed), otherwise it runs the server unchanged.
+llama model parameter `use_extra_bufts=False` (llama.cpp's AMX repacking crashes on some CPUs; the in-process
+backend switches it off the same way where needed), otherwise it runs the server unchanged. The variable is
+passed on from the test's environment: set it on a machine whose CPU advertises AMX but crashes running it.
 """
 
 from __future__ import annotations
@@ -116,14 +117,18 @@ class LlamaServer:
 def main() -> None:
     """Run `llama_cpp.server` with this process's arguments (see the module docstring)."""
     if os.environ.get("STRESSPROBE_LLAMA_NO_EXTRA_BUFTS") == "1":
-        import llama_cpp
+        # `Llama()` takes no argument for this model parameter; it starts from llama_model_default_params(),
+        # so that function is wrapped (the way the in-process backend sets it).
+        import llama_cpp.llama_cpp as native
 
-        original = llama_cpp.Llama.__init__
+        original = native.llama_model_default_params
 
-        def without_extra_bufts(self, *args, **kwargs):
-            original(self, *args, use_extra_bufts=False, **kwargs)
+        def without_extra_bufts():
+            params = original()
+            params.use_extra_bufts = False
+            return params
 
-        llama_cpp.Llama.__init__ = without_extra_bufts
+        native.llama_model_default_params = without_extra_bufts
     import runpy
 
     sys.argv[0] = "llama_cpp.server"

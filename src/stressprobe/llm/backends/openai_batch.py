@@ -35,6 +35,7 @@ from stressprobe.llm.backends.openai import (
     OPENAI_BASE_URL,
     RETRYABLE_STATUS,
     chat_arguments,
+    extra_body,
     parse_completion,
     preflight,
     read_api_key,
@@ -104,6 +105,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBatchBackend:
         poll_s=float(entry.get("batch_poll_s", 30.0)),
         max_requests=int(entry.get("batch_max_requests", MAX_REQUESTS)),
         max_bytes=int(entry.get("batch_max_bytes", MAX_BYTES)),
+        extra=extra_body(name, entry),
     )
 
 
@@ -151,11 +153,13 @@ class OpenAIBatchBackend(Backend):
         poll_s: float,
         max_requests: int,
         max_bytes: int,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity)
         from openai import OpenAI  # slow to import, and only the API backends need it
 
         self.model = model
+        self.extra_body = extra or {}
         self.max_retries = max_retries
         self.poll_s = poll_s
         self.max_requests = min(max_requests, MAX_REQUESTS)
@@ -239,7 +243,7 @@ class OpenAIBatchBackend(Backend):
     def _submit(self, todo: dict[str, Request]) -> list[dict[str, Any]]:
         """Upload and create batches for `todo`, split at the API's limits; each is in the ledger first."""
         keys = list(todo)
-        lines = [batch_line(k, chat_arguments(self.model, todo[k])) for k in keys]
+        lines = [batch_line(k, chat_arguments(self.model, todo[k], self.extra_body)) for k in keys]
         jobs = []
         for group in split_lines([len(line) for line in lines], self.max_requests, self.max_bytes):
             data = b"".join(lines[i] for i in group)
