@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from api_workdir import judge_cell, run_workflow, write_api_config, write_judging_data
-from helpers import ROOT, make_workdir
+from helpers import ROOT, make_workdir, run_snakemake
 
 STANDIN = ROOT / "tests" / "vllm_standin"
 CONDITIONS = ["baseline/umbrela", "fixed/evidence", "fixed/gap"]
@@ -47,8 +47,6 @@ def standin(monkeypatch, tmp_path):
 
 
 def test_dry_run_plans_one_vllm_job_per_dataset_and_one_job_per_cell_for_the_others(tmp_path):
-    from helpers import run_snakemake
-
     workdir = make_workdir(tmp_path / "w")
     write_judging_data(workdir)
     proc = run_snakemake(workdir, "-n", "--quiet", "rules", configfile=vllm_config(workdir))
@@ -57,6 +55,14 @@ def test_dry_run_plans_one_vllm_job_per_dataset_and_one_job_per_cell_for_the_oth
     )
     assert counts["judge_vllm"] == "1"  # one dataset, one vLLM judge: all 3 cells in one job
     assert counts["judge"] == str(len(CONDITIONS))  # the API judge keeps a job per cell
+
+    # Switched off, every cell is a job of its own again.
+    config = vllm_config(workdir, **{"judging.vllm_one_job_per_dataset": False})
+    proc = run_snakemake(workdir, "-n", "--quiet", "rules", configfile=config)
+    counts = dict(
+        line.split()[:2] for line in proc.stdout.splitlines() if line[:1].isalpha() and len(line.split()) == 2
+    )
+    assert "judge_vllm" not in counts and counts["judge"] == str(2 * len(CONDITIONS))
 
 
 @pytest.mark.slow

@@ -166,8 +166,11 @@ stop_on_error(_check_judging_config)
 
 JUDGE_MODEL_RE = _alternation(judge_models())
 # vLLM judges answer all conditions of a dataset in one job (one model load); the others one job per cell.
-CELL_JUDGE_RE = _alternation([m for m in judge_models() if not is_vllm(m)])
-VLLM_JUDGE_RE = _alternation([m for m in judge_models() if is_vllm(m)])
+_GROUPED = config["judging"]["vllm_one_job_per_dataset"]
+CELL_JUDGE_RE = _alternation(
+    [m for m in judge_models() if not (_GROUPED and is_vllm(m))]
+)
+VLLM_JUDGE_RE = _alternation([m for m in judge_models() if _GROUPED and is_vllm(m)])
 EXTERNAL_RE = _alternation(external_judges())
 DATASET_RE = _alternation(judging_datasets())
 # Sources and roles of the configured conditions (judges and external judgments):
@@ -274,11 +277,11 @@ def judge_group_outputs(kind):
 
 def fixed_personas_of_conditions():
     """condition -> its fixed assessor text (None for the others), as one vLLM judge job's param."""
-    fixed = config["personas"]["fixed"]
-    return {
-        c: fixed[c.split("/")[1]] if c.split("/")[0] == "fixed" else None
-        for c in judging_conditions()
-    }
+    texts = {}
+    for condition in judging_conditions():
+        source, role = _judging.split_condition(condition)
+        texts[condition] = config["personas"]["fixed"][role] if source == "fixed" else None
+    return texts
 
 
 def fixed_persona(wildcards):
