@@ -177,3 +177,42 @@ def test_killed_job_reattaches_to_its_running_batches(tmp_path, kill_point):
     assert all(r.error is None for r in responses)
     assert json.loads((tmp_path / "u.json").read_text())["calls_made"] == 6
     assert not ledger_files(tmp_path)
+
+
+@pytest.mark.slow
+def test_workflow_killed_mid_batch_resumes_on_the_same_batch(tmp_path):
+    """kill -9 of snakemake and its judge job while the cell's batch runs; the rerun re-attaches to it."""
+    from api_workdir import (
+        judge_cell,
+        kill_group,
+        run_workflow,
+        start_workflow,
+        wait_until,
+        write_api_config,
+        write_judging_data,
+    )
+    from helpers import make_workdir
+
+    workdir = make_workdir(tmp_path / "w")
+    write_judging_data(workdir)
+    cell = judge_cell(workdir)
+    target = str(cell["judgments"].relative_to(workdir))
+    ledger = workdir / "results" / "cache" / "batches" / "api"
+    with BatchServer() as server:
+        server.hold()  # the batch stays in progress until released
+        edits = {"models.api.batch": True, "models.api.batch_poll_s": 0.05, "models.api.price": PRICE}
+        config = write_api_config(workdir, server.base_url, edits)
+        proc = start_workflow(workdir, config, target)
+        wait_until(lambda: server.batches_created == 1 and any(ledger.glob("*.json")), proc)
+        time.sleep(0.3)  # the job is polling its batch
+        kill_group(proc)
+        assert not cell["judgments"].exists()
+        server.release()
+        run_workflow(workdir, config, "--unlock")
+        run_workflow(workdir, config, target)
+        assert server.batches_created == 1, "the rerun paid for a second batch"
+        assert set(server.lines_received.values()) == {1}
+    usage = json.loads(cell["usage"].read_text())
+    assert usage["backend"] == "openai-batch" and usage["calls_made"] == 6 and usage["errors"] == 0
+    assert len(cell["judgments"].read_text().splitlines()) == 6
+    assert not any(ledger.glob("*.json"))
