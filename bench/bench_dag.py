@@ -6,8 +6,9 @@ the vLLM model loads that grid implies.
 The dry run happens in a scratch directory where the config's placeholder paths (runs directories, RAG24
 files) exist as empty files, so that Snakemake can build the whole DAG without any data or network.
 Prints wall-clock and CPU seconds of each `snakemake -n` and the job count; then the vLLM model loads
-(every job that opens a vLLM model loads it) with one judge job per cell (before:
-`judging.vllm_one_job_per_dataset: false`) and with one judge job per (dataset, model) (after: the default).
+(every job that opens a vLLM model loads it) with one judge or CDV evaluation job per cell (before:
+`judging.vllm_one_job_per_dataset` and `cdv.eval.vllm_one_job_per_dataset` false) and with one such job per
+(dataset, model) (after: the default).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def job_wildcards(output: str) -> list[tuple[str, dict[str, str]]]:
 LOADED_WILDCARDS = {
     "judge": ("model",),
     "judge_vllm": ("model",),
+    "cdv_eval_vllm": ("model",),
     "cdv_eval": ("model",),
     "cdv_mitigation": ("model",),
     "cdv_search": ("proxy", "victim"),
@@ -131,6 +133,7 @@ def load_report(loads: Counter) -> str:
 def count_loads(workdir: Path, grouped: bool) -> Counter:
     config = yaml.safe_load(PAPER_CONFIG.read_text(encoding="utf-8"))
     config.setdefault("judging", {})["vllm_one_job_per_dataset"] = grouped
+    config.setdefault("cdv", {}).setdefault("eval", {})["vllm_one_job_per_dataset"] = grouped
     path = workdir / f"paper-grouped-{grouped}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     proc, _wall, _cpu = dry_run(workdir, config_path=path)
@@ -155,8 +158,8 @@ def main() -> None:
                 f"({verdict} the {LIMIT_S:.0f} s limit)"
             )
         before, after = count_loads(workdir, grouped=False), count_loads(workdir, grouped=True)
-        print(f"before (one judge job per cell):            {load_report(before)}")
-        print(f"after (one vLLM judge job per dataset):     {load_report(after)}")
+        print(f"before (a judge/CDV eval job per cell): {load_report(before)}")
+        print(f"after (one per (dataset, vLLM model)):  {load_report(after)}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from api_workdir import judge_cell, run_workflow, write_api_config, write_judging_data
 from helpers import ROOT, make_workdir, run_snakemake
 
@@ -96,3 +97,38 @@ def test_one_load_writes_every_cell_and_reruns_pay_only_for_what_changed(tmp_pat
     assert sum(e["requests"] for e in later if e["event"] == "chat") == PAIRS * (len(CONDITIONS) + 1)
     assert json.loads(gap["usage"].read_text())["calls_made"] == PAIRS
     assert json.loads(evidence["usage"].read_text())["cache_hits"] == PAIRS
+
+
+@pytest.mark.slow
+def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path, standin):
+    from api_workdir import write_cdv_questions
+    from openai_server import OpenAIServer
+
+    workdir = make_workdir(tmp_path / "w")
+    write_cdv_questions(workdir)
+    cells = [{"proxy": "api", "victim": "api"}, {"proxy": "api", "victim": "api2"}]
+    with OpenAIServer() as server:
+        config = write_api_config(workdir, server.base_url)
+        data = yaml.safe_load(config.read_text())
+        data["models"]["api2"] = {**data["models"]["api"], "model": "test-model-2"}
+        data["models"]["gpu"] = {"backend": "vllm", "model": "org/eval-27b", "gpus": 1}
+        data["cdv"]["cells"] = cells
+        data["cdv"]["eval_models"] = ["gpu"]
+        data["judging"]["models"] = ["api"]
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        targets = [
+            f"results/cdv/tinyqa/{c['proxy']}/{c['victim']}/{kind}/gpu.jsonl"
+            for c in cells
+            for kind in ("eval", "mitigation")
+        ]
+        run_workflow(workdir, config, *targets)
+    assert len([e for e in events(standin) if e["event"] == "load"]) == 1
+    calls = 0
+    for target in targets:
+        records = [json.loads(line) for line in (workdir / target).read_text().splitlines()]
+        usage = json.loads((workdir / target).with_suffix(".usage.json").read_text())
+        # Each output's sidecar counts its own questions: one request per record, made or from the cache.
+        assert records and usage["model"] == "gpu", target
+        assert usage["calls_made"] + usage["cache_hits"] == len(records), target
+        calls += usage["calls_made"]
+    assert calls == sum(e["requests"] for e in events(standin) if e["event"] == "chat")

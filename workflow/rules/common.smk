@@ -280,7 +280,9 @@ def fixed_personas_of_conditions():
     texts = {}
     for condition in judging_conditions():
         source, role = _judging.split_condition(condition)
-        texts[condition] = config["personas"]["fixed"][role] if source == "fixed" else None
+        texts[condition] = (
+            config["personas"]["fixed"][role] if source == "fixed" else None
+        )
     return texts
 
 
@@ -558,6 +560,49 @@ def cdv_eval_files(kind="eval"):
         for d, p, v in cdv_cells()
         for model in cdv_eval_models(v)
     ]
+
+
+def cdv_grouped_eval_models():
+    """vLLM models of `cdv.eval_models` evaluated on all cells of a dataset in one job (rule cdv_eval_vllm).
+
+    Only with an explicit `eval_models` list: without one, each cell evaluates its own victim, which a
+    single job per (dataset, victim) does already.
+    """
+    if not config["cdv"]["eval"]["vllm_one_job_per_dataset"]:
+        return []
+    return [m for m in config["cdv"]["eval_models"] if is_vllm(m)]
+
+
+CDV_VLLM_EVAL_RE = _alternation(cdv_grouped_eval_models())
+# cdv_eval and cdv_mitigation: every evaluated model except the grouped ones.
+CDV_CELL_EVAL_RE = _alternation(
+    sorted(
+        {m for _, _, v in cdv_cells() for m in cdv_eval_models(v)}
+        - set(cdv_grouped_eval_models())
+    )
+)
+
+
+def cdv_group_outputs(kind, suffix):
+    """`{kind}/{model}{suffix}` of every configured cell of a dataset (wildcards kept); none for
+    mitigation when it is off."""
+    if kind == "mitigation" and not config["cdv"]["mitigation"]["enabled"]:
+        return []
+    return [
+        f"results/cdv/{{dataset}}/{c['proxy']}/{c['victim']}/{kind}/{{model}}{suffix}"
+        for c in config["cdv"]["cells"]
+    ]
+
+
+def cdv_eval_group_inputs(wildcards):
+    """The dataset's questions, and every cell's perturbed questions (and baselines when enabled)."""
+    inputs = {"questions": f"results/cdv/data/{wildcards.dataset}.jsonl"}
+    for i, c in enumerate(config["cdv"]["cells"]):
+        cell = cdv_cell_dir(wildcards.dataset, c["proxy"], c["victim"])
+        inputs[f"perturbed_{i}"] = f"{cell}/perturbed.jsonl"
+        if config["cdv"]["baselines"]["enabled"]:
+            inputs[f"baselines_{i}"] = f"{cell}/baselines.jsonl"
+    return inputs
 
 
 def cdv_classifier_roles():

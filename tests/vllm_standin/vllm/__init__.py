@@ -2,8 +2,8 @@
 
 Put tests/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a JSON
 line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests per
-job. Answers follow the judge format (``##final score: <0-3>`` from a hash of the prompt), with top-k
-logprobs when asked.
+job. Answers follow the judge format (``##final score: <0-3>`` from a hash of the prompt), or the CDV one
+(``Answer: <A-D>``) when the prompt asks for it, with top-k logprobs when asked.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ class LLM:
                         for d in range(min(k, 4))
                     }
                 ]
+            text = f"Answer: {'ABCD'[grade]}" if "Answer:" in prompt else f"##final score: {grade}"
             samples = [
-                SimpleNamespace(text=f"##final score: {grade}", token_ids=[1, 2, 3, 4], logprobs=logprobs)
+                SimpleNamespace(text=text, token_ids=[1, 2, 3, 4], logprobs=logprobs)
                 for _ in range(params.kwargs.get("n") or 1)
             ]
             outputs.append(SimpleNamespace(outputs=samples, prompt_token_ids=[0] * (len(prompt) // 4)))
