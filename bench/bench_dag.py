@@ -1,10 +1,14 @@
-"""Time the offline dry run of the papers' full grid (config/paper.yaml) against its 10 s budget.
+"""Time the offline dry run of the papers' full grid (config/paper.yaml) against its 10 s budget, and count
+the vLLM model loads that grid implies.
 
     python -m bench.bench_dag [repeats]
 
 The dry run happens in a scratch directory where the config's placeholder paths (runs directories, RAG24
 files) exist as empty files, so that Snakemake can build the whole DAG without any data or network.
-Prints wall-clock and CPU seconds of each `snakemake -n` and the job count.
+Prints wall-clock and CPU seconds of each `snakemake -n` and the job count; then the vLLM model loads
+(every job that opens a vLLM model loads it) with one judge or CDV evaluation job per cell (before:
+`judging.vllm_one_job_per_dataset` and `cdv.eval.vllm_one_job_per_dataset` false) and with one such job per
+(dataset, model) (after: the default).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -65,6 +70,79 @@ def job_counts(output: str) -> dict[str, int]:
     return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
+def job_wildcards(output: str) -> list[tuple[str, dict[str, str]]]:
+    """(rule, wildcards) of every job a full (not --quiet) dry run lists."""
+    jobs: list[tuple[str, dict[str, str]]] = []
+    for line in output.splitlines():
+        head = re.match(r"^\s*(?:local)?rule (\w+):$", line)
+        if head:
+            jobs.append((head.group(1), {}))
+            continue
+        found = re.match(r"^\s+wildcards: (.*)$", line)
+        if found and jobs:
+            jobs[-1][1].update(part.split("=", 1) for part in found.group(1).split(", "))
+    return jobs
+
+
+# Which wildcards name the model(s) a job of each model-calling rule loads (the others use none or config).
+LOADED_WILDCARDS = {
+    "judge": ("model",),
+    "judge_vllm": ("model",),
+    "cdv_eval_vllm": ("model",),
+    "cdv_eval": ("model",),
+    "cdv_mitigation": ("model",),
+    "cdv_search": ("proxy", "victim"),
+}
+
+
+def vllm_loads(jobs: list[tuple[str, dict[str, str]]], config: dict) -> Counter:
+    """(model, dataset, rule) -> jobs that load that vLLM model."""
+    models = config["models"]
+    cdv = config.get("cdv", {})
+    loads: Counter = Counter()
+    for rule, wildcards in jobs:
+        named = {wildcards.get(k) for k in LOADED_WILDCARDS.get(rule, ())}
+        if rule == "summarize":
+            named.add(config["judging"].get("summarizer"))
+        if rule == "cdv_search":
+            named.add(cdv.get("semantic_model") or wildcards.get("victim"))
+        if rule == "cdv_baselines":
+            named.add(cdv.get("baseline_model") or wildcards.get("proxy"))
+        for name in named:
+            if name in models and models[name]["backend"] == "vllm":
+                loads[(name, wildcards.get("dataset", "-"), rule)] += 1
+    return loads
+
+
+def load_report(loads: Counter) -> str:
+    per_model_dataset = Counter()
+    for (model, dataset, _rule), count in loads.items():
+        per_model_dataset[(model, dataset)] += count
+    rules = Counter()
+    for (_model, _dataset, rule), count in loads.items():
+        rules[rule] += count
+    worst = max(loads.values(), default=0)
+    return (
+        f"{sum(loads.values())} vLLM model loads "
+        f"({', '.join(f'{r}: {n}' for r, n in sorted(rules.items()))}); "
+        f"at most {worst} per (model, dataset, rule), "
+        f"at most {max(per_model_dataset.values(), default=0)} per (model, dataset) over all rules"
+    )
+
+
+def count_loads(workdir: Path, grouped: bool) -> Counter:
+    config = yaml.safe_load(PAPER_CONFIG.read_text(encoding="utf-8"))
+    config.setdefault("judging", {})["vllm_one_job_per_dataset"] = grouped
+    config.setdefault("cdv", {}).setdefault("eval", {})["vllm_one_job_per_dataset"] = grouped
+    path = workdir / f"paper-grouped-{grouped}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    proc, _wall, _cpu = dry_run(workdir, config_path=path)
+    if proc.returncode != 0:
+        sys.exit(f"dry run failed:\n{proc.stderr[-3000:]}")
+    # Each stream parsed on its own: their lines interleave when concatenated.
+    return vllm_loads(job_wildcards(proc.stdout) + job_wildcards(proc.stderr), config)
+
+
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,6 +157,9 @@ def main() -> None:
                 f"run {i + 1}: {wall:.2f} s wall, {cpu:.2f} s CPU, {jobs} jobs "
                 f"({verdict} the {LIMIT_S:.0f} s limit)"
             )
+        before, after = count_loads(workdir, grouped=False), count_loads(workdir, grouped=True)
+        print(f"before (a judge/CDV eval job per cell): {load_report(before)}")
+        print(f"after (one per (dataset, vLLM model)):  {load_report(after)}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from stressprobe.cdv.search import (
     summarize_search,
 )
 from stressprobe.io import read_jsonl, write_json, write_jsonl
+from stressprobe.llm.usage import effective_price
 from stressprobe.snakemake_io import cache_path, run_script
 
 log = logging.getLogger("stressprobe.cdv")
@@ -33,7 +34,8 @@ def main(smk):
         states = run_search(questions, clients, settings, perturbability)
         write_merged_usage(clients, smk.output.usage)
     records = search_records(states)
-    prices = {role: smk.params.models[name].get("price", {}) for role, name in roles.items()}
+    # As billed: a `batch: true` model costs the batch price.
+    prices = {role: effective_price(smk.params.models[name]) for role, name in roles.items()}
     summary = {**roles, "dataset": smk.wildcards.dataset, **summarize_search(records, prices)}
     log.info(
         "search: %d questions, %d successful perturbations",

@@ -52,7 +52,7 @@ def main(smk):
         rows += cdv_eval_bounds(
             dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models
         )
-    markdown = write_estimate(rows, smk.output.csv, smk.output.md)
+    markdown = write_estimate(rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models)
     log.info("%d cells, %d calls to make", len(rows), sum(r.to_call for r in rows))
     print(markdown)
 

@@ -4,11 +4,10 @@ from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.llm import open_client
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.judging import (
-    JudgeSettings,
     cell_summary,
     condition_personas,
+    condition_settings,
     judge_cell,
-    persona_delivery,
     split_condition,
 )
 from stressprobe.persona.prompts import load_judge_template
@@ -25,15 +24,15 @@ def main(smk):
     records = read_jsonl(path) if path else None
     fixed = {role: smk.params.persona} if smk.params.persona is not None else {}
     personas = condition_personas(topics, source, role, fixed, records, path)
+    settings = condition_settings(
+        template,
+        f"{source}/{role}",
+        smk.params.max_tokens,
+        smk.params.logprobs,
+        smk.params.prefill,
+        smk.params.delivery,
+    )
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
-        settings = JudgeSettings(
-            template.user,
-            smk.params.max_tokens,
-            smk.params.logprobs,
-            smk.params.prefill,
-            system=template.system,
-            delivery=persona_delivery(source, role, smk.params.delivery),
-        )
         records = judge_cell(client, summaries, topics, personas, settings)
         client.write_usage(smk.output.usage)
     counts = cell_summary(records)

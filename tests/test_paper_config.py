@@ -51,13 +51,21 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     jobs, _, _ = plan
     judging, cdv = paper["judging"], paper["cdv"]
     judge_cells = len(judging["datasets"]) * len(judging["models"]) * len(judging["conditions"])
-    assert jobs["judge"] == judge_cells
+    vllm = {name for name, entry in paper["models"].items() if entry["backend"] == "vllm"}
+    vllm_judges = [m for m in judging["models"] if m in vllm]
+    # vLLM judges answer all conditions of a dataset in one job (one model load); the others one per cell.
+    assert jobs["judge"] == judge_cells - len(judging["datasets"]) * len(vllm_judges) * len(
+        judging["conditions"]
+    )
+    assert jobs["judge_vllm"] == len(judging["datasets"]) * len(vllm_judges)
     assert jobs["judge_qrels"] == judge_cells
     assert jobs["ndcg"] == judge_cells + len(judging["datasets"])  # + the human qrels of each dataset
     assert jobs["summarize"] == len(judging["datasets"])
     search_cells = len(cdv["datasets"]) * len(cdv["cells"])
     assert jobs["cdv_search"] == search_cells
-    assert jobs["cdv_eval"] == search_cells * len(cdv["eval_models"])
+    vllm_evaluated = [m for m in cdv["eval_models"] if m in vllm]
+    assert jobs["cdv_eval"] == search_cells * (len(cdv["eval_models"]) - len(vllm_evaluated))
+    assert jobs["cdv_eval_vllm"] == len(cdv["datasets"]) * len(vllm_evaluated)
     # Downloads are jobs of the DAG, not work done while it is built.
     assert jobs["prepare_dataset"] == len(judging["datasets"])
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])
@@ -95,7 +103,19 @@ def test_vllm_cells_ask_for_the_models_gpus(paper, workdir, model):
     target = f"results/judging/dl20/judgments/{model}/baseline/umbrela.jsonl"
     proc, _, _ = dry_run(workdir, target)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    resources = resources_of(proc.stdout + proc.stderr, "judge")
     entry = paper["models"][model]
+    # A vLLM judge's cell is written by its (dataset, model) job.
+    resources = resources_of(
+        proc.stdout + proc.stderr, "judge_vllm" if entry["backend"] == "vllm" else "judge"
+    )
     expected = entry["gpus"] if entry["backend"] == "vllm" else 0
     assert int(resources.get("gpu", 0)) == expected
+
+
+def test_vllm_models_load_once_per_dataset_and_rule(workdir):
+    from bench.bench_dag import count_loads
+
+    after = count_loads(workdir, grouped=True)
+    assert after and max(after.values()) == 1, sorted(after.items(), key=lambda kv: -kv[1])[:3]
+    before = count_loads(workdir, grouped=False)
+    assert max(before.values()) == 9  # a judge job per condition: 9 loads per (model, dataset)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import math
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,8 @@ import pytrec_eval
 import yaml
 from scipy import stats
 
+from bench.bench_dag import job_counts  # (the dry-run table parser the DAG benchmark uses)
 from tests.support.helpers import ROOT, make_workdir, run_snakemake, shared_data
-
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_dag import job_counts  # noqa: E402  (the dry-run table parser the DAG benchmark uses)
 
 CONFIG = ROOT / "config" / "reproduce-dl20.yaml"
 GRADES = (0, 1, 2, 3)

@@ -25,7 +25,7 @@ from stressprobe.io import atomic_write
 from stressprobe.llm import Request, answer_prefill
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.cache import ResponseCache, cache_key
-from stressprobe.llm.usage import cost_usd
+from stressprobe.llm.usage import BATCH_PRICE_FACTOR, cost_usd, effective_price
 from stressprobe.persona.judging import (
     JudgeSettings,
     condition_personas,
@@ -72,8 +72,9 @@ def completion_tokens(request: Request) -> int:
 
 
 def price_usd(entry: Mapping[str, Any], prompt: int, completion: int) -> float:
-    """Dollars for the tokens at the model entry's prices (USD per million tokens; local models cost 0)."""
-    return cost_usd(prompt, completion, entry.get("price"))
+    """Dollars for the tokens as billed: the model entry's prices (USD per million tokens; local models cost
+    0), at the batch rate for a `batch: true` model."""
+    return cost_usd(prompt, completion, effective_price(entry))
 
 
 class CacheView:
@@ -304,6 +305,99 @@ def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
     )
 
 
+@dataclass(frozen=True)
+class ModelBill:
+    """One model's part of the bill: calls cached vs to pay, synchronous vs batch price, GPU hours."""
+
+    model: str
+    backend: str
+    calls: int
+    cached: int
+    to_call: int
+    prompt_tokens: int
+    completion_tokens: int
+    sync_usd: float
+    batch_usd: float | None  # None: no batch API for this backend
+    billed_usd: float  # what the config will pay (batch price for `batch: true`)
+    gpu_hours: float | None  # vLLM models with a configured throughput; None otherwise
+
+
+def gpu_hours(entry: Mapping[str, Any], calls: int, tokens: int) -> float | None:
+    """GPU hours of a vLLM model's calls from its `throughput` (requests/s or tokens/s of one instance),
+    times the GPUs an instance holds; None for other backends or without a throughput."""
+    throughput = entry.get("throughput") or {}
+    if entry.get("backend") != "vllm":
+        return None
+    if throughput.get("requests_per_s"):
+        seconds = calls / float(throughput["requests_per_s"])
+    elif throughput.get("tokens_per_s"):
+        seconds = tokens / float(throughput["tokens_per_s"])
+    else:
+        return None
+    return seconds / 3600 * int(entry.get("gpus", 1))
+
+
+def model_bills(rows: Sequence[CellEstimate], models: Mapping[str, Mapping[str, Any]]) -> list[ModelBill]:
+    """The rows summed per model, priced synchronously and at the batch rate (API models)."""
+    bills = []
+    for name in sorted({r.model for r in rows}):
+        mine = [r for r in rows if r.model == name]
+        entry = models[name]
+        prompt = sum(r.prompt_tokens for r in mine)
+        completion = sum(r.completion_tokens for r in mine)
+        to_call = sum(r.to_call for r in mine)
+        sync = cost_usd(prompt, completion, entry.get("price"))
+        batch = None
+        if entry.get("backend") == "openai":
+            batch = sync * float(entry.get("batch_price_factor", BATCH_PRICE_FACTOR))
+        hours = gpu_hours(entry, to_call, prompt + completion)
+        bills.append(
+            ModelBill(
+                model=name,
+                backend=str(entry.get("backend")),
+                calls=sum(r.calls for r in mine),
+                cached=sum(r.cached for r in mine),
+                to_call=to_call,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                sync_usd=round(sync, 4),
+                batch_usd=None if batch is None else round(batch, 4),
+                billed_usd=round(price_usd(entry, prompt, completion), 4),
+                gpu_hours=None if hours is None else round(hours, 3),
+            )
+        )
+    return bills
+
+
+def model_bills_csv(bills: Sequence[ModelBill]) -> str:
+    """The per-model bill as CSV (empty cells where a backend has no batch price or GPU hours)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(ModelBill)], lineterminator="\n")
+    writer.writeheader()
+    for bill in bills:
+        writer.writerow({k: "" if v is None else v for k, v in asdict(bill).items()})
+    return out.getvalue()
+
+
+def model_bills_markdown(bills: Sequence[ModelBill]) -> str:
+    names = [f.name for f in fields(ModelBill)]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for bill in bills:
+        values = asdict(bill)
+        for key in ("sync_usd", "batch_usd", "billed_usd"):
+            values[key] = "-" if values[key] is None else f"{values[key]:.2f}"
+        values["gpu_hours"] = "-" if bill.gpu_hours is None else f"{bill.gpu_hours:.2f}"
+        lines.append("| " + " | ".join(str(values[n]) for n in names) + " |")
+    notes = (
+        "\nPer model: `sync_usd` at the list price, `batch_usd` at the Batch API's rate "
+        "(`batch_price_factor`, OpenAI-compatible APIs only), `billed_usd` what this config pays (the batch "
+        "rate for `batch: true` models). `gpu_hours`: the calls to make at the model's configured "
+        "`throughput` (requests/s, else tokens/s of prompt and completion), times its `gpus`; '-' when none "
+        "is configured. CDV rows are upper bounds, so these sums are too where a model has CDV work.\n"
+    )
+    return "\n".join(lines) + "\n" + notes
+
+
 def estimate_csv(rows: Sequence[CellEstimate]) -> str:
     """The bill as CSV: one row per cell, then the total."""
     out = io.StringIO()
@@ -333,9 +427,21 @@ def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
     return "\n".join(lines) + "\n" + notes
 
 
-def write_estimate(rows: Sequence[CellEstimate], csv_path: str | Path, md_path: str | Path) -> str:
-    """Write the estimate as CSV and Markdown; return the Markdown (the job prints it)."""
+def write_estimate(
+    rows: Sequence[CellEstimate],
+    csv_path: str | Path,
+    md_path: str | Path,
+    models: Mapping[str, Mapping[str, Any]] | None = None,
+    models_csv_path: str | Path | None = None,
+) -> str:
+    """Write the estimate as CSV and Markdown (with the per-model bill when `models` is given, also as CSV);
+    return the Markdown (the job prints it)."""
     markdown = estimate_markdown(rows)
+    if models is not None:
+        bills = model_bills(rows, models)
+        markdown += "\n## Per model\n\n" + model_bills_markdown(bills)
+        if models_csv_path is not None:
+            atomic_write(models_csv_path, model_bills_csv(bills))
     atomic_write(csv_path, estimate_csv(rows))
     atomic_write(md_path, markdown)
     return markdown

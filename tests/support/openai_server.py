@@ -31,6 +31,8 @@ Constructor arguments:
   Choices come from a hash of the messages (and, at temperature > 0, of seed and sample index).
 - ``retry_after``: value of a ``Retry-After`` header sent with 429 answers (None = no header).
 - ``require_key``: answer 401 unless the bearer token equals it.
+- ``max_choices``: answer at most this many choices whatever ``n`` asks (as llama.cpp's server, which
+  ignores ``n``); None = honour ``n``.
 - ``process``: serve from a forked child process (benchmarks: keeps the server off the client's GIL);
   counters are then fetched from ``/_stats``. Custom responders work in both modes.
 """
@@ -135,6 +137,7 @@ class _State:
         self.outcomes: Counter[str] = Counter()
         self.api_keys: set[str] = set()
         self.stopping = threading.Event()
+        self.max_choices: int | None = None
 
     def fault_for(self, body_key: str, attempt: int) -> str:
         """The outcome of attempt `attempt` of this body: a fault kind or "ok"."""
@@ -157,7 +160,7 @@ class _State:
 
 def completion_body(state: _State, body: dict[str, Any], outcome: str) -> dict[str, Any]:
     """The JSON of a successful chat completion."""
-    n = int(body.get("n") or 1)
+    n = min(int(body.get("n") or 1), state.max_choices or 10**6)
     max_words = int(body.get("max_tokens") or 10**6)
     want_logprobs = bool(body.get("logprobs"))
     k = int(body.get("top_logprobs") or 0)
@@ -306,6 +309,7 @@ class OpenAIServer:
         retry_after: float | None = None,
         require_key: str | None = None,
         process: bool = False,
+        max_choices: int | None = None,
     ) -> None:
         self._state = _State(
             latency,
@@ -317,6 +321,7 @@ class OpenAIServer:
             retry_after,
             require_key,
         )
+        self._state.max_choices = max_choices
         self._process_mode = process
         self._server: ThreadingHTTPServer | None = None
         self._worker: threading.Thread | multiprocessing.Process | None = None

@@ -97,6 +97,8 @@ rule cdv_eval:
         "results/logs/cdv/eval/{dataset}/{proxy}/{victim}/{model}.log",
     benchmark:
         "results/benchmarks/cdv/eval/{dataset}/{proxy}/{victim}/{model}.tsv"
+    wildcard_constraints:
+        model=CDV_CELL_EVAL_RE,
     conda:
         lambda w: cdv_env([w.model])
     threads: lambda w: cdv_threads([w.model])
@@ -125,6 +127,8 @@ rule cdv_mitigation:
         "results/logs/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.log",
     benchmark:
         "results/benchmarks/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.tsv"
+    wildcard_constraints:
+        model=CDV_CELL_EVAL_RE,
     conda:
         lambda w: cdv_env([w.model])
     threads: lambda w: cdv_threads([w.model])

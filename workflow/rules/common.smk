@@ -167,7 +167,6 @@ stop_on_error(_check_judging_config)
 # -- the judge prompt template: a local file, or a published one fetched (and checksummed) by a job --
 from stressprobe import fetch as _fetch
 
-
 stop_on_error(
     _fetch.check_source,
     config["judging"]["prompt"],
@@ -192,6 +191,12 @@ def fixed_delivery(wildcards):
 
 
 JUDGE_MODEL_RE = _alternation(judge_models())
+# vLLM judges answer all conditions of a dataset in one job (one model load); the others one job per cell.
+_GROUPED = config["judging"]["vllm_one_job_per_dataset"]
+CELL_JUDGE_RE = _alternation(
+    [m for m in judge_models() if not (_GROUPED and is_vllm(m))]
+)
+VLLM_JUDGE_RE = _alternation([m for m in judge_models() if _GROUPED and is_vllm(m)])
 EXTERNAL_RE = _alternation(external_judges())
 DATASET_RE = _alternation(judging_datasets())
 # Sources and roles of the configured conditions (judges and external judgments):
@@ -272,6 +277,40 @@ def judge_inputs(wildcards):
             f"results/judging/{wildcards.dataset}/personas/{wildcards.source}.jsonl"
         )
     return inputs
+
+
+def judge_group_inputs(wildcards):
+    """A vLLM judge job reads what all its cells read: one persona table per retrieved source."""
+    inputs = {
+        "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
+        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "template": judge_template(),
+    }
+    for source in sorted({c.split("/")[0] for c in judging_conditions()}):
+        if _judging.is_retrieved(source):
+            inputs[f"personas_{source}"] = (
+                f"results/judging/{wildcards.dataset}/personas/{source}.jsonl"
+            )
+    return inputs
+
+
+def judge_group_outputs(kind):
+    """`{kind}` file of every condition of one (dataset, model) vLLM judge job (wildcards kept)."""
+    return [
+        f"results/judging/{{dataset}}/judgments/{{model}}/{condition}{kind}"
+        for condition in judging_conditions()
+    ]
+
+
+def fixed_personas_of_conditions():
+    """condition -> its fixed assessor text (None for the others), as one vLLM judge job's param."""
+    texts = {}
+    for condition in judging_conditions():
+        source, role = _judging.split_condition(condition)
+        texts[condition] = (
+            config["personas"]["fixed"][role] if source == "fixed" else None
+        )
+    return texts
 
 
 def fixed_persona(wildcards):
@@ -575,6 +614,49 @@ def cdv_eval_files(kind="eval"):
         for d, p, v in cdv_cells()
         for model in cdv_eval_models(v)
     ]
+
+
+def cdv_grouped_eval_models():
+    """vLLM models of `cdv.eval_models` evaluated on all cells of a dataset in one job (rule cdv_eval_vllm).
+
+    Only with an explicit `eval_models` list: without one, each cell evaluates its own victim, which a
+    single job per (dataset, victim) does already.
+    """
+    if not config["cdv"]["eval"]["vllm_one_job_per_dataset"]:
+        return []
+    return [m for m in config["cdv"]["eval_models"] if is_vllm(m)]
+
+
+CDV_VLLM_EVAL_RE = _alternation(cdv_grouped_eval_models())
+# cdv_eval and cdv_mitigation: every evaluated model except the grouped ones.
+CDV_CELL_EVAL_RE = _alternation(
+    sorted(
+        {m for _, _, v in cdv_cells() for m in cdv_eval_models(v)}
+        - set(cdv_grouped_eval_models())
+    )
+)
+
+
+def cdv_group_outputs(kind, suffix):
+    """`{kind}/{model}{suffix}` of every configured cell of a dataset (wildcards kept); none for
+    mitigation when it is off."""
+    if kind == "mitigation" and not config["cdv"]["mitigation"]["enabled"]:
+        return []
+    return [
+        f"results/cdv/{{dataset}}/{c['proxy']}/{c['victim']}/{kind}/{{model}}{suffix}"
+        for c in config["cdv"]["cells"]
+    ]
+
+
+def cdv_eval_group_inputs(wildcards):
+    """The dataset's questions, and every cell's perturbed questions (and baselines when enabled)."""
+    inputs = {"questions": f"results/cdv/data/{wildcards.dataset}.jsonl"}
+    for i, c in enumerate(config["cdv"]["cells"]):
+        cell = cdv_cell_dir(wildcards.dataset, c["proxy"], c["victim"])
+        inputs[f"perturbed_{i}"] = f"{cell}/perturbed.jsonl"
+        if config["cdv"]["baselines"]["enabled"]:
+            inputs[f"baselines_{i}"] = f"{cell}/baselines.jsonl"
+    return inputs
 
 
 def cdv_classifier_roles():

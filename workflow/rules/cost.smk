@@ -1,5 +1,6 @@
 # The bill before spending it: `snakemake -f cost_estimate` counts the calls and tokens every cell of the
-# config still needs (calls already in the response cache are free) and prices them per model.
+# config still needs (calls already in the response cache are free) and prices them per model: list and
+# batch price, what the config pays, and GPU hours of vLLM models from their configured throughput.
 # It prepares the data and persona tables it needs (local, no model calls) but never runs a model.
 
 
@@ -9,6 +10,7 @@ rule cost_estimate:
     output:
         csv="results/cost/estimate.csv",
         md="results/cost/estimate.md",
+        models="results/cost/models.csv",
     log:
         "results/logs/cost/estimate.log",
     localrule: True

@@ -65,7 +65,7 @@ rule judge:
         "results/benchmarks/judging/{dataset}/judge/{model}/{source}/{role}.tsv"
     wildcard_constraints:
         dataset=DATASET_RE,
-        model=JUDGE_MODEL_RE,
+        model=CELL_JUDGE_RE,
         source=SOURCE_RE,
         role=ROLE_RE,
     conda:
@@ -85,6 +85,42 @@ rule judge:
         system_message=config["judging"]["system_message"],
     script:
         "../../scripts/judge.py"
+
+
+# A vLLM judge loads its model once per dataset: one job writes every condition's cell (the same files as
+# `judge`); a target of one cell builds them all, and a rerun answers unchanged cells from the cache.
+rule judge_vllm:
+    input:
+        unpack(judge_group_inputs),
+    output:
+        judgments=judge_group_outputs(".jsonl"),
+        usage=judge_group_outputs(".usage.json"),
+        summary=judge_group_outputs(".summary.json"),
+    log:
+        "results/logs/judging/{dataset}/judge/{model}.log",
+    benchmark:
+        "results/benchmarks/judging/{dataset}/judge/{model}.tsv"
+    wildcard_constraints:
+        dataset=DATASET_RE,
+        model=VLLM_JUDGE_RE,
+    conda:
+        lambda w: model_env(w.model)
+    threads: lambda w: model_threads(w.model)
+    resources:
+        gpu=lambda w: model_resources(w.model),
+        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
+        runtime=lambda w: llm_resources(w.model)["runtime"],
+    params:
+        models=lambda w: {w.model: model_entry(w.model)},
+        conditions=judging_conditions(),
+        personas=fixed_personas_of_conditions(),
+        max_tokens=config["judging"]["judge_max_tokens"],
+        logprobs=config["judging"]["logprobs"],
+        prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
+        delivery=config["personas"]["delivery"],
+        system_message=config["judging"]["system_message"],
+    script:
+        "../../scripts/judge_group.py"
 
 
 rule judge_qrels:

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from stressprobe.errors import StressprobeError
@@ -19,7 +20,7 @@ from stressprobe.io import write_json
 from stressprobe.llm.backends import AsyncBackend, Backend, open_backend
 from stressprobe.llm.cache import Claim, ResponseCache, cache_key, request_record
 from stressprobe.llm.types import Request, Response
-from stressprobe.llm.usage import Usage, usage_record
+from stressprobe.llm.usage import Usage, effective_price, usage_record
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,12 @@ def open_client(models: dict[str, Any], name: str, cache_path: str | os.PathLike
     except StressprobeError:
         backend.close()
         raise
-    return Client(name, backend, cache, price=entry.get("price"))
+    if getattr(backend, "uses_batch_api", False):
+        from stressprobe.llm.backends.openai_batch import Ledger
+
+        # Running batches are remembered next to the cache, which outlives any one job.
+        backend.ledger = Ledger(Path(cache_path).parent / "batches" / name)
+    return Client(name, backend, cache, price=effective_price(entry))
 
 
 class Client:
@@ -72,7 +78,9 @@ class Client:
         answers = {k: Response.from_payload(p) for k, p in self.cache.get_many(list(unique)).items()}
         todo = [(k, r) for k, r in unique.items() if k not in answers]
         if todo:
-            if isinstance(self.backend, AsyncBackend):
+            if getattr(self.backend, "uses_batch_api", False):
+                self._run_batches(todo, answers)
+            elif isinstance(self.backend, AsyncBackend):
                 self.backend.run(self._run_async(todo, answers))
             else:
                 self._run_sync(todo, answers)
@@ -147,6 +155,48 @@ class Client:
             self._store(key, request, response)
             answers[key] = response
 
+    def _run_batches(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
+        """Claim every key, send the claimed ones as batches (answers stored as each batch ends), then wait
+        for keys other processes hold; one that comes free is sent in a batch of its own."""
+        mine, busy = [], []
+        for key, request in todo:
+            state = self.cache.claim(key)
+            if state is Claim.MINE:
+                mine.append((key, request))
+            elif state is Claim.DONE:
+                answers[key] = Response.from_payload(self.cache.get(key))
+            else:
+                busy.append((key, request))
+
+        def store(key: str, request: Request, response: Response) -> None:
+            self._store(key, request, response)
+            answers[key] = response
+
+        try:
+            if mine:
+                self.backend.run_batches(mine, store)
+            delay = POLL_START_S
+            while busy:
+                time.sleep(delay)
+                delay = min(POLL_MAX_S, delay * 2)
+                freed, still_busy = [], []
+                for key, request in busy:
+                    state = self.cache.claim(key)
+                    if state is Claim.MINE:
+                        freed.append((key, request))
+                    elif state is Claim.DONE:
+                        answers[key] = Response.from_payload(self.cache.get(key))
+                    else:
+                        still_busy.append((key, request))
+                if freed:
+                    self.backend.run_batches(freed, store)
+                busy = still_busy
+        except BaseException:
+            for key, _ in todo:
+                if key not in answers:
+                    self.cache.release(key)
+            raise
+
     async def _run_async(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
         """One task per request; a key is claimed only once a concurrency slot is free (claims = calls)."""
         slots = asyncio.Semaphore(self.backend.concurrency)
@@ -172,6 +222,11 @@ class Client:
                 delay = min(POLL_MAX_S, delay * 2)
 
         await asyncio.gather(*(answer(k, r) for k, r in todo))
+
+    def reset_usage(self) -> None:
+        """Start counting afresh (a job answering several cells writes one usage sidecar per cell)."""
+        self.usage = Usage()
+        self.backend.retries = 0
 
     def usage_record(self) -> dict[str, Any]:
         """This job's usage so far (calls, cache hits, errors, retries, tokens, cost), as the sidecar holds it."""

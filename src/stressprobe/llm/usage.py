@@ -43,6 +43,18 @@ def cost_usd(prompt_tokens: int, completion_tokens: int, price: Mapping[str, flo
     ) / 1e6
 
 
+BATCH_PRICE_FACTOR = 0.5
+
+
+def effective_price(entry: Mapping[str, Any]) -> dict[str, float]:
+    """The entry's prices as billed: scaled by `batch_price_factor` (the Batch API's 50 %) for `batch: true`."""
+    price = dict(entry.get("price") or {})
+    if entry.get("batch", False):
+        factor = float(entry.get("batch_price_factor", BATCH_PRICE_FACTOR))
+        price = {k: float(v) * factor for k, v in price.items()}
+    return price
+
+
 def usage_record(model: str, backend: str, usage: Usage, price: Mapping[str, float] | None) -> dict[str, Any]:
     """The usage sidecar's content."""
     return {

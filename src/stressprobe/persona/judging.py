@@ -234,6 +234,26 @@ class JudgeSettings:
         return [self.request(topics[t["qid"]], t["summary"], personas[t["qid"]]) for t in texts]
 
 
+def condition_settings(
+    template: JudgeTemplate,
+    condition: str,
+    max_tokens: int,
+    logprobs: int,
+    prefill: str | None,
+    deliveries: Mapping[str, str],
+) -> JudgeSettings:
+    """How every pair of one condition's cell is asked (the same for a cell job and a vLLM job of all cells)."""
+    source, role = split_condition(condition)
+    return JudgeSettings(
+        template.user,
+        max_tokens,
+        logprobs,
+        prefill,
+        system=template.system,
+        delivery=persona_delivery(source, role, deliveries),
+    )
+
+
 def expected_grade(probs: Mapping[str, float] | None) -> float | None:
     """The mean grade under the label distribution."""
     return None if probs is None else sum(int(label) * p for label, p in probs.items())

@@ -34,4 +34,8 @@ def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         from stressprobe.llm.backends.llamacpp import gguf_identity, gguf_path
 
         return gguf_identity(gguf_path(name, entry))
-    return {"backend": entry["backend"], "model": entry["model"]}
+    identity = {"backend": entry["backend"], "model": entry["model"]}
+    if entry.get("extra_body"):
+        # Server-side sampling fields change the answers (absent when empty: older keys stay valid).
+        identity["extra_body"] = dict(entry["extra_body"])
+    return identity

@@ -9,6 +9,7 @@ named in the registry entry and never written anywhere; error messages are scrub
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -19,7 +20,7 @@ import httpx
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.backends import backend_identity
-from stressprobe.llm.backends.base import AsyncBackend
+from stressprobe.llm.backends.base import AsyncBackend, Backend
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,12 @@ def preflight(name: str, base_url: str, api_key: str) -> None:
         )
 
 
-def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBackend:
-    """Read the key, check the server answers, and build the backend."""
+def open_backend(name: str, entry: dict[str, Any]) -> Backend:
+    """Read the key, check the server answers, and build the backend (the Batch API's with `batch: true`)."""
+    if entry.get("batch", False):
+        from stressprobe.llm.backends import openai_batch
+
+        return openai_batch.open_backend(name, entry)
     if not entry.get("model"):
         raise StressprobeError(f"config models.{name}.model: missing; give the model id the API expects")
     api_key = read_api_key(name, entry)
@@ -85,6 +90,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBackend:
         timeout_s=float(entry.get("timeout_s", 60)),
         max_retries=int(entry.get("max_retries", 6)),
         backoff_s=float(entry.get("backoff_s", 1.0)),
+        extra=extra_body(name, entry),
     )
 
 
@@ -95,9 +101,28 @@ def backoff_delay(attempt: int, base_s: float, retry_after: float | None) -> flo
     return random.uniform(0, min(MAX_BACKOFF_S, base_s * 2**attempt))
 
 
-def chat_arguments(model: str, request: Request) -> dict[str, Any]:
-    """The chat.completions.create arguments for a Request."""
+def extra_body(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry's `extra_body`: further request fields for a server's own sampling settings.
+
+    An OpenAI-compatible server may decode differently from OpenAI unless told (llama.cpp's server applies
+    `repeat_penalty` 1.1 by default; `vllm serve` applies the model's generation_config.json), so these go
+    in every request. The fields the Request sets itself cannot be overridden here.
+    """
+    extra = dict(entry.get("extra_body") or {})
+    clash = sorted(
+        set(extra) & set(chat_arguments("", Request.chat(user="-"))) | set(extra) & {"messages", "model"}
+    )
+    if clash:
+        raise StressprobeError(
+            f"config models.{name}.extra_body: {', '.join(clash)} is set by each request; remove it from extra_body"
+        )
+    return extra
+
+
+def chat_arguments(model: str, request: Request, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chat.completions.create arguments for a Request (plus a server's `extra` fields)."""
     arguments: dict[str, Any] = {
+        **(extra or {}),
         "model": model,
         "messages": request.message_dicts(),
         "max_tokens": request.max_tokens,
@@ -149,11 +174,14 @@ class OpenAIBackend(AsyncBackend):
         timeout_s: float,
         max_retries: int,
         backoff_s: float,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity, concurrency)
         from openai import AsyncOpenAI  # slow to import, and only this backend needs it
 
         self.model = model
+        self.extra_body = extra or {}
+        self._warned_n = False
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self._api_key = api_key
@@ -176,10 +204,41 @@ class OpenAIBackend(AsyncBackend):
                 self._slots.put_nowait(client)
 
     async def acomplete(self, request: Request) -> Response:
+        response = await self._complete_once(request)
+        if response.error is None and len(response.texts) < request.n:
+            response = await self._fill_samples(request, response)
+        return response
+
+    async def _fill_samples(self, request: Request, response: Response) -> Response:
+        """Ask for the samples a server left out (llama.cpp's server ignores `n`), one call each.
+
+        Sample i is asked with seed `seed + i`, as the in-process llama.cpp backend draws it; a failed one
+        fails the whole response (never fewer samples than asked for).
+        """
+        if not self._warned_n:
+            log.warning(
+                "%s: the server returned %d of %d samples; asking for the rest one at a time",
+                self.name,
+                len(response.texts),
+                request.n,
+            )
+            self._warned_n = True
+        texts, completion = list(response.texts), response.completion_tokens
+        for i in range(len(texts), request.n):
+            sample = await self._complete_once(
+                dataclasses.replace(request, n=1, seed=request.seed + i, logprobs=0)
+            )
+            if sample.error is not None or not sample.texts:
+                return Response.failure(sample.error or f"{self.name}: sample {i} came back empty")
+            texts.append(sample.texts[0])
+            completion += sample.completion_tokens
+        return dataclasses.replace(response, texts=texts, completion_tokens=completion)
+
+    async def _complete_once(self, request: Request) -> Response:
         if request.prefill is not None:
             # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
             return Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer")
-        arguments = chat_arguments(self.model, request)
+        arguments = chat_arguments(self.model, request, self.extra_body)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             outcome = await self._attempt(arguments, request)

@@ -1,0 +1,135 @@
+"""One vLLM model load per (model, dataset): a vLLM judge answers all its cells in one job (rule judge_vllm).
+
+vllm itself needs a GPU: the jobs import the stand-in package tests/support/vllm_standin/vllm, which logs every
+engine load and every batch of requests, so the test counts loads and calls per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.api_workdir import judge_cell, run_workflow, write_api_config, write_judging_data
+from tests.support.helpers import ROOT, make_workdir, run_snakemake
+
+STANDIN = ROOT / "tests" / "support" / "vllm_standin"
+CONDITIONS = ["baseline/umbrela", "fixed/evidence", "fixed/gap"]
+PAIRS = 6  # write_judging_data's default
+
+
+def vllm_config(workdir: Path, **edits) -> Path:
+    return write_api_config(
+        workdir,
+        None,
+        {
+            "models.gpu": {"backend": "vllm", "model": "org/judge-70b", "gpus": 1},
+            "judging.models": ["api", "gpu"],
+            "judging.conditions": CONDITIONS,
+            "cdv.enabled": False,
+            **edits,
+        },
+    )
+
+
+def events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+def standin(monkeypatch, tmp_path):
+    log = tmp_path / "vllm-events.jsonl"
+    path = os.pathsep.join(filter(None, [str(STANDIN), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    monkeypatch.setenv("STRESSPROBE_VLLM_STANDIN_LOG", str(log))
+    return log
+
+
+def test_dry_run_plans_one_vllm_job_per_dataset_and_one_job_per_cell_for_the_others(tmp_path):
+    workdir = make_workdir(tmp_path / "w")
+    write_judging_data(workdir)
+    proc = run_snakemake(workdir, "-n", "--quiet", "rules", configfile=vllm_config(workdir))
+    counts = dict(
+        line.split()[:2] for line in proc.stdout.splitlines() if line[:1].isalpha() and len(line.split()) == 2
+    )
+    assert counts["judge_vllm"] == "1"  # one dataset, one vLLM judge: all 3 cells in one job
+    assert counts["judge"] == str(len(CONDITIONS))  # the API judge keeps a job per cell
+
+    # Switched off, every cell is a job of its own again.
+    config = vllm_config(workdir, **{"judging.vllm_one_job_per_dataset": False})
+    proc = run_snakemake(workdir, "-n", "--quiet", "rules", configfile=config)
+    counts = dict(
+        line.split()[:2] for line in proc.stdout.splitlines() if line[:1].isalpha() and len(line.split()) == 2
+    )
+    assert "judge_vllm" not in counts and counts["judge"] == str(2 * len(CONDITIONS))
+
+
+@pytest.mark.slow
+def test_one_load_writes_every_cell_and_reruns_pay_only_for_what_changed(tmp_path, standin):
+    workdir = make_workdir(tmp_path / "w")
+    write_judging_data(workdir)
+    config = vllm_config(workdir)
+    gap = judge_cell(workdir, "fixed/gap", model="gpu")
+    # A target of one cell: the job writes all cells of (dataset, model), loading the model once.
+    run_workflow(workdir, config, str(gap["judgments"].relative_to(workdir)))
+    loads = [e for e in events(standin) if e["event"] == "load"]
+    assert len(loads) == 1
+    assert sum(e["requests"] for e in events(standin) if e["event"] == "chat") == PAIRS * len(CONDITIONS)
+    for condition in CONDITIONS:
+        cell = judge_cell(workdir, condition, model="gpu")
+        usage = json.loads(cell["usage"].read_text())
+        assert usage["calls_made"] == PAIRS and usage["cache_hits"] == 0, condition
+        assert len(cell["judgments"].read_text().splitlines()) == PAIRS
+
+    # Every sibling is a target of its own and is up to date: nothing runs.
+    evidence = judge_cell(workdir, "fixed/evidence", model="gpu")
+    proc = run_workflow(workdir, config, str(evidence["judgments"].relative_to(workdir)))
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert len([e for e in events(standin) if e["event"] == "load"]) == 1
+
+    # A config change of one cell (the gap persona's text) reruns the job once; only that cell costs calls.
+    edited = vllm_config(workdir, **{"personas.fixed.gap": "You are a strict assessor who reads every word."})
+    run_workflow(workdir, edited, str(gap["judgments"].relative_to(workdir)))
+    later = events(standin)
+    assert len([e for e in later if e["event"] == "load"]) == 2
+    assert sum(e["requests"] for e in later if e["event"] == "chat") == PAIRS * (len(CONDITIONS) + 1)
+    assert json.loads(gap["usage"].read_text())["calls_made"] == PAIRS
+    assert json.loads(evidence["usage"].read_text())["cache_hits"] == PAIRS
+
+
+@pytest.mark.slow
+def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path, standin):
+    from tests.support.api_workdir import write_cdv_questions
+    from tests.support.openai_server import OpenAIServer
+
+    workdir = make_workdir(tmp_path / "w")
+    write_cdv_questions(workdir)
+    cells = [{"proxy": "api", "victim": "api"}, {"proxy": "api", "victim": "api2"}]
+    with OpenAIServer() as server:
+        config = write_api_config(workdir, server.base_url)
+        data = yaml.safe_load(config.read_text())
+        data["models"]["api2"] = {**data["models"]["api"], "model": "test-model-2"}
+        data["models"]["gpu"] = {"backend": "vllm", "model": "org/eval-27b", "gpus": 1}
+        data["cdv"]["cells"] = cells
+        data["cdv"]["eval_models"] = ["gpu"]
+        data["judging"]["models"] = ["api"]
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        targets = [
+            f"results/cdv/tinyqa/{c['proxy']}/{c['victim']}/{kind}/gpu.jsonl"
+            for c in cells
+            for kind in ("eval", "mitigation")
+        ]
+        run_workflow(workdir, config, *targets)
+    assert len([e for e in events(standin) if e["event"] == "load"]) == 1
+    calls = 0
+    for target in targets:
+        records = [json.loads(line) for line in (workdir / target).read_text().splitlines()]
+        usage = json.loads((workdir / target).with_suffix(".usage.json").read_text())
+        # Each output's sidecar counts its own questions: one request per record, made or from the cache.
+        assert records and usage["model"] == "gpu", target
+        assert usage["calls_made"] + usage["cache_hits"] == len(records), target
+        calls += usage["calls_made"]
+    assert calls == sum(e["requests"] for e in events(standin) if e["event"] == "chat")
