@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from stressprobe.cdv import report
+from stressprobe.cdv import report, search_report
 from stressprobe.errors import StressprobeError
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem, write_table
@@ -16,6 +16,9 @@ def main(smk):
         "cdv_baselines": lambda: report.baselines_table(smk.input.evals),
         "cdv_mitigation": lambda: report.mitigation_table(smk.input.evals, smk.input.mitigation),
         "cdv_classifier": lambda: report.classifier_table(smk.input.classifier),
+        "cdv_value_ablation": lambda: search_report.value_ablation_table(
+            smk.input.summaries, smk.input.variant_summaries
+        ),
     }
     if name not in builders:
         raise StressprobeError(

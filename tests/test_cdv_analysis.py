@@ -73,6 +73,8 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
                     out.append(Response.failure("down"))
                 elif "vague" in text:
                     out.append(Response(texts=["I am not sure."]))
+                elif "long" in text:
+                    out.append(Response(texts=["First, consider"], completion_tokens=r.max_tokens))
                 else:
                     out.append(Response(texts=["So. Answer: A"]))
             return out
@@ -81,6 +83,7 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
         make_item("q1"),
         make_item("q2", question="a vague one?"),
         make_item("q3", question="broken?"),
+        make_item("q4", question="a long one?"),
     ]
     perturbed = [{**questions[0], "node_id": "q1:2", "question": "ctx\n\n" + questions[0]["question"]}]
     baselines = [
@@ -88,11 +91,11 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
         {"qid": "q1", "kind": "prompt_only", "question": None, "status": "unparsed"},
     ]
     items = eval_items(questions, perturbed, baselines)
-    assert [i["condition"] for i in items] == ["original"] * 3 + ["perturbed", "elaborated"]
-    records = evaluate(Replies(), items, 32, 0)
-    assert [r["status"] for r in records[:3]] == ["ok", "unparsed", "error"]
+    assert [i["condition"] for i in items] == ["original"] * 4 + ["perturbed", "elaborated"]
+    records = evaluate(Replies(), items, 32, 0, temperature=0.001)
+    assert [r["status"] for r in records[:4]] == ["ok", "unparsed", "error", "truncated"]
     accuracy = accuracy_by_condition(records)
-    assert accuracy["original"] == {"n": 3, "correct": 1, "unparsed": 2, "accuracy": 1 / 3}
+    assert accuracy["original"] == {"n": 4, "correct": 1, "unparsed": 3, "truncated": 1, "accuracy": 1 / 4}
     assert paired_original_accuracy(records) == 1.0
     mitigated = evaluate(Replies(), items[:1], 32, 0, mitigation=True)
     assert mitigated[0]["mitigation"] is True

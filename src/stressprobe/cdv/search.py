@@ -38,8 +38,9 @@ Pre-checks: a root with r = 0 is a success at depth 0 (in L as in Algorithm 1), 
 whose classifier probability is below tau is flagged `classifier_filtered` and not searched (no victim call).
 
 Limits per question (`limits`): `paper` (Algorithm 1) searches until the queue is empty; a safety cap
-`max_calls_per_question` stops a question before an expansion whose worst-case calls would pass the cap,
-and the root's `stop_reason` says `call_cap` when it did. `authors_code` adds the limits of the authors'
+`max_calls_per_question` stops a question once its calls reach the cap (checked before each expansion, so
+it passes the cap by less than one expansion's calls, `expansion_calls`), and the root's `stop_reason`
+says `call_cap` when it did. `authors_code` adds the limits of the authors'
 public code: `max_expansions` expansions (the root's counts) and `max_candidates` in L (checked after each
 expansion, so the last expansion's successes are all kept). Nodes still queued at the end keep status
 `queued`; every root records why its question stopped (`stop_reason`) and the calls it used (`calls`).
@@ -56,6 +57,7 @@ import heapq
 import itertools
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,6 +71,7 @@ from stressprobe.cdv.prompts import (
     victim_messages,
     with_context,
 )
+from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response
 from stressprobe.llm.usage import cost_usd
 
@@ -216,6 +219,23 @@ class QuestionState:
 
     def stop(self, reason: str) -> None:
         self.done, self.stop_reason = True, reason
+
+
+def expansion_bound(search: Mapping[str, Any], n_choices: int) -> int:
+    """The most expansions one question's search can make under the config `cdv.search` (cost bounds).
+
+    authors_code: `max_expansions`. paper: every expansion sends at least one request per child
+    (n_choices - 1) and a question stops once its calls (the root's one included) reach the cap.
+    """
+    if search.get("limits", "paper") == "authors_code":
+        return search["max_expansions"]
+    cap = search.get("max_calls_per_question", 1000)
+    if cap is None:
+        raise StressprobeError(
+            "config cdv.search.max_calls_per_question: null leaves the paper's search unbounded, so its cost "
+            "cannot be bounded; set a cap or cdv.search.limits: authors_code"
+        )
+    return max(1, math.ceil((cap - 1) / (n_choices - 1)))
 
 
 def node_value(success_rate: float, depth: int, alpha: float, gamma: float, variant: str = "paper") -> float:
@@ -460,8 +480,7 @@ def _stop_reason(state: QuestionState, settings: SearchSettings) -> str | None:
             return "max_expansions"
         if settings.max_candidates is not None and len(state.candidates) >= settings.max_candidates:
             return "max_candidates"
-    cap = settings.max_calls_per_question
-    if cap is not None and state.calls() + settings.expansion_calls(len(state.item["choices"])) > cap:
+    if settings.max_calls_per_question is not None and state.calls() >= settings.max_calls_per_question:
         return "call_cap"
     return None
 
