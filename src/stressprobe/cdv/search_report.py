@@ -120,6 +120,7 @@ def agreement_table(search_paths: list[str], with_originals: bool = False) -> pd
     """Figure 4's numbers: for every pair of cells on the same dataset, over the questions both searched,
     the Jaccard index of their perturbable sets and the share of questions on which they agree."""
     cells = perturbable_sets(search_paths, with_originals)
+    labels = _labels(cells)
     rows = []
     for a, b in itertools.product(sorted(cells), repeat=2):
         if a[0] != b[0]:
@@ -130,8 +131,8 @@ def agreement_table(search_paths: list[str], with_originals: bool = False) -> pd
         rows.append(
             {
                 "dataset": a[0],
-                "cell_a": _label(a),
-                "cell_b": _label(b),
+                "cell_a": labels[a],
+                "cell_b": labels[b],
                 "common": len(common),
                 "jaccard": len(pa & pb) / len(union) if union else None,
                 "agreement": (len(common) - len(pa ^ pb)) / len(common) if common else None,
@@ -140,9 +141,12 @@ def agreement_table(search_paths: list[str], with_originals: bool = False) -> pd
     return pd.DataFrame(rows, columns=["dataset", "cell_a", "cell_b", "common", "jaccard", "agreement"])
 
 
-def _label(cell: tuple) -> str:
-    _, proxy, victim = cell
-    return victim if proxy == victim else f"{proxy}→{victim}"
+def _labels(cells) -> dict[tuple, str]:
+    """A cell's name in the figure: its victim, or proxy→victim where a dataset has a victim twice."""
+    victims = [(dataset, victim) for dataset, _, victim in cells]
+    return {
+        cell: cell[2] if victims.count((cell[0], cell[2])) == 1 else f"{cell[1]}→{cell[2]}" for cell in cells
+    }
 
 
 def _panels(n: int, options: Mapping[str, Any]) -> tuple[plt.Figure, np.ndarray]:
