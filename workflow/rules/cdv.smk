@@ -41,12 +41,12 @@ rule cdv_search:
         usage=f"{CDV_CELL}/search.usage.json",
     log:
         "results/logs/cdv/search/{dataset}/{proxy}/{victim}.log",
+    benchmark:
+        "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}.tsv"
     wildcard_constraints:
         dataset=CDV_NAME_RE,
         proxy=CDV_NAME_RE,
         victim=CDV_NAME_RE,
-    benchmark:
-        "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}.tsv"
     conda:
         lambda w: cdv_env(cdv_search_roles(w).values())
     threads: lambda w: cdv_threads(cdv_search_roles(w).values())
@@ -292,8 +292,6 @@ rule cdv_figure:
     input:
         searches=cdv_cell_files("search.jsonl"),
         evals=cdv_eval_files("eval"),
-    params:
-        figure=analysis_figure_options(),
     output:
         png=report(
             "results/figures/{cdv_figure}.png",
@@ -309,5 +307,7 @@ rule cdv_figure:
         "../../envs/analysis.yaml"
     resources:
         **config["resources"]["small"],
+    params:
+        figure=analysis_figure_options(),
     script:
         "../../scripts/cdv_figure.py"
