@@ -12,7 +12,12 @@ def main(smk):
     name = smk.wildcards.cdv_table
     builders = {
         "cdv_search": lambda: report.search_table(smk.input.summaries),
-        "cdv_accuracy": lambda: report.accuracy_table(smk.input.evals),
+        # Table 1 beside the same numbers with the originals the victim already fails (depth-0 members of L).
+        "cdv_accuracy": lambda: report.accuracy_table(smk.input.evals).merge(
+            search_report.accuracy_with_originals(smk.input.evals, smk.input.searches),
+            on=["dataset", "proxy", "victim", "model"],
+            how="left",
+        ),
         "cdv_baselines": lambda: report.baselines_table(smk.input.evals),
         "cdv_mitigation": lambda: report.mitigation_table(smk.input.evals, smk.input.mitigation),
         "cdv_classifier": lambda: report.classifier_table(smk.input.classifier),

@@ -9,6 +9,7 @@ from cdv_scripted import ScriptedModel, make_item
 
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.cdv.search_report import (
+    accuracy_with_originals,
     agreement_figure,
     agreement_table,
     depth_counts,
@@ -101,3 +102,22 @@ def test_value_ablation_table_has_a_row_per_variant(tmp_path):
         assert row.success_rate == summary["questions_with_success"] / 4
         assert row.usd_per_success == summary["cost_per_perturbed_question_usd"]
         assert row.requests_per_success == summary["requests_total"] / summary["successful_perturbations"]
+
+
+def test_accuracy_with_the_originals_the_victim_already_fails(tmp_path):
+    folder = write_cell(tmp_path, "D", "v2", v2)  # v2 already fails q3's original
+    (folder / "eval").mkdir()
+    evals = [
+        {"qid": "q3", "condition": "original", "correct": False},
+        {"qid": "q0", "condition": "original", "correct": True},
+        {"qid": "q1", "condition": "perturbed", "correct": False},
+        {"qid": "q2", "condition": "perturbed", "correct": True},
+    ]
+    write_jsonl(folder / "eval" / "m.jsonl", evals)
+    (row,) = accuracy_with_originals(
+        [str(folder / "eval" / "m.jsonl")], [str(folder / "search.jsonl")]
+    ).to_dict("records")
+    assert row["model"] == "m" and row["n_failed_originals"] == 1
+    # Perturbed q1 (wrong) and q2 (right), plus q3's original (wrong): 1 of 3.
+    assert row["n_perturbed_with_originals"] == 3
+    assert row["acc_perturbed_with_originals"] == pytest.approx(1 / 3)

@@ -115,13 +115,15 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         if self.limits not in LIMITS:
-            raise ValueError(f"cdv.search.limits must be one of {', '.join(LIMITS)} (got {self.limits!r})")
+            raise StressprobeError(
+                f"config cdv.search.limits: must be one of {', '.join(LIMITS)} (got {self.limits!r})"
+            )
         if self.value not in VALUES:
-            raise ValueError(
-                f"cdv.search value variant must be one of {', '.join(VALUES)} (got {self.value!r})"
+            raise StressprobeError(
+                f"config cdv.value_variants: a variant must be one of {', '.join(VALUES)} (got {self.value!r})"
             )
         if self.proxy_tries < 1:
-            raise ValueError(f"cdv.search.proxy_tries must be >= 1 (got {self.proxy_tries})")
+            raise StressprobeError(f"config cdv.search.proxy_tries: must be >= 1 (got {self.proxy_tries})")
 
     def expansion_calls(self, n_choices: int) -> int:
         """The most requests one expansion can send: per child every proxy try and its semantic check,

@@ -57,6 +57,45 @@ def search_quality_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> pd.DataFrame:
+    """Table 1 with the originals the victim already fails counted as perturbed questions (depth-0 members
+    of L, Algorithm 1): per cell and evaluated model, their number and the accuracy on perturbed questions
+    plus those originals (the evaluation asked every original, so no extra call is needed)."""
+    failed = {}
+    for path in search_paths:
+        cell = tuple(cell_of(path, 1).values())
+        failed[cell] = {r["qid"] for r in read_jsonl(path) if r["flag"] == "victim_fails_original"}
+    rows = []
+    for path in eval_paths:
+        cell = tuple(cell_of(path, 2).values())
+        records = read_jsonl(path)
+        chosen = [r for r in records if r["condition"] == "perturbed"]
+        chosen += [r for r in records if r["condition"] == "original" and r["qid"] in failed.get(cell, set())]
+        rows.append(
+            {
+                **cell_of(path, 2),
+                "model": Path(path).stem,
+                "n_failed_originals": len(failed.get(cell, set())),
+                "n_perturbed_with_originals": len(chosen),
+                "acc_perturbed_with_originals": (
+                    sum(r["correct"] for r in chosen) / len(chosen) if chosen else None
+                ),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "dataset",
+            "proxy",
+            "victim",
+            "model",
+            "n_failed_originals",
+            "n_perturbed_with_originals",
+            "acc_perturbed_with_originals",
+        ],
+    )
+
+
 def value_ablation_table(default_paths: list[str], variant_paths: list[str]) -> pd.DataFrame:
     """Section 4.4: per cell and value function, success rate and cost per success.
 
