@@ -3,7 +3,9 @@
 import math
 from dataclasses import replace
 
+import pytest
 from cdv_scripted import CONTEXT, ScriptedModel, make_item
+from helpers import ROOT
 
 from stressprobe.cdv.search import (
     SearchSettings,
@@ -14,6 +16,8 @@ from stressprobe.cdv.search import (
     search_records,
     summarize_search,
 )
+from stressprobe.config import validate_config
+from stressprobe.errors import StressprobeError
 
 # The authors'-code limits keep these trees small; the paper's loop (until the queue is empty) has its own tests.
 SETTINGS = SearchSettings(
@@ -391,3 +395,19 @@ def test_summary_counts_every_request_sent():
     expected_cost = sum(10 * 1.0 / 1e6 + 3 * r.n * 2.0 / 1e6 for r in victim)
     assert math.isclose(summary["cost_usd"], expected_cost)
     assert summary["successful_perturbations"] == sum(1 for r in records if r["status"] == "success")
+
+
+def test_the_schema_defaults_are_the_papers_search():
+    config = validate_config({}, ROOT / "workflow" / "schemas" / "config.schema.yaml")["cdv"]
+    settings = SearchSettings(**config["search"])  # what the search job builds from its params
+    assert settings == SearchSettings()
+    assert (settings.limits, settings.samples, settings.victim_max_tokens) == ("paper", 5, 1024)
+    assert (settings.proxy_temperature, settings.greedy_audit) == (0.7, False)
+    assert (config["eval"]["temperature"], config["eval"]["max_tokens"]) == (0.001, 1024)
+    assert config["value_variants"] == []
+
+
+def test_bad_search_settings_are_one_line_errors():
+    for bad in ({"limits": "forever"}, {"value": "no_gamma"}, {"proxy_tries": 0}):
+        with pytest.raises(StressprobeError, match=r"^config cdv\."):
+            SearchSettings(**bad)
