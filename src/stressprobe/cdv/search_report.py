@@ -210,19 +210,22 @@ def agreement_figure(search_paths: list[str], options: Mapping[str, Any]):
         for ax, dataset in zip(axes.flat, datasets, strict=False):
             part = table[table["dataset"] == dataset]
             labels = sorted(set(part["cell_a"]))
+            ax.set_title(dataset)
+            if not labels:
+                ax.set_axis_off()
+                continue
             matrix = (
                 part.pivot(index="cell_a", columns="cell_b", values="jaccard")
                 .reindex(index=labels, columns=labels)
                 .to_numpy(dtype=float)
-                if labels
-                else np.full((0, 0), np.nan)
             )
             ax.imshow(np.ma.masked_invalid(matrix), vmin=0, vmax=1, cmap="viridis")
             ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
             ax.set_yticks(range(len(labels)), labels)
             for (i, j), v in np.ndenumerate(matrix):
-                ax.text(j, i, "-" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", color="white")
-            ax.set_title(dataset)
+                # A masked cell is blank (white): its dash is drawn in black.
+                text, color = ("-", "black") if np.isnan(v) else (f"{v:.2f}", "white" if v < 0.6 else "black")
+                ax.text(j, i, text, ha="center", va="center", color=color)
         fig.suptitle("Agreement on perturbable questions (Jaccard)")
     return fig
 
@@ -255,6 +258,8 @@ def depth_figure(search_paths: list[str], options: Mapping[str, Any]):
             top = int(perturbed["depth"].max()) if len(perturbed) else 1
             ax.set_xticks(range(1, top + 1))
             ax.set_xlim(0.4, top + 0.6)
+            ax.set_ylim(0, max(1, int(perturbed["successes"].max()) if len(perturbed) else 1) * 1.1)
+            ax.yaxis.get_major_locator().set_params(integer=True)
             ax.set_title(f"{dataset} (+{originals} at depth 0)")
             ax.set_xlabel("depth")
             ax.set_ylabel("successes")
