@@ -11,16 +11,13 @@ prints the seconds of each step and the total (target: < 60 s on 2 cores).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files  # noqa: E402
-
-from stressprobe import analysis  # noqa: E402
+from stressprobe.persona import analysis, paper_tables, vs_paper  # noqa: E402
+from tests.support.analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files  # noqa: E402
+from tests.support.helpers import ROOT
 
 MODELS = ["gpt-4o", "gpt-4o-mini", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-72b"]
 SPEC = StudySpec(
@@ -32,6 +29,7 @@ CONFIG = {
     "rbo_phi": 0.9,
     "bootstrap": {"resamples": 1000, "seed": 42, "level": 0.95},
     "top_k_sensitive": 10,
+    "figure2_width_in": 7.0,
     "figure_width_in": 3.5,
     "font_size": 7,
     "panel_columns": 2,
@@ -124,6 +122,38 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
         "table 7",
         lambda: analysis.write_sensitive_systems(
             frames("systems"), run_types, CONFIG["top_k_sensitive"], tables / "table7_sensitive_systems"
+        ),
+    )
+    step(
+        "table 4 (paper layout)",
+        lambda: paper_tables.write_ranking_blocks(
+            frames("systems"),
+            CONFIG["rbo_phi"],
+            order["condition"],
+            tables / "table4_ranking_agreement_paper",
+        ),
+    )
+    step(
+        "table 7 (paper layout)",
+        lambda: paper_tables.write_representative_systems(
+            frames("systems"),
+            run_types,
+            {},
+            CONFIG["top_k_sensitive"],
+            tables / "table7_sensitive_systems_paper",
+        ),
+    )
+    step(
+        "vs_paper",
+        lambda: vs_paper.write_vs_paper(
+            ROOT / "resources" / "paper" / "persona_values.tsv",
+            frames("kappa"),
+            frames("systems"),
+            CONFIG["rbo_phi"],
+            boot,
+            {},
+            tables / "vs_paper",
+            tables / "vs_paper_summary",
         ),
     )
     step(

@@ -3,23 +3,19 @@
 Runs the layer against tests/openai_server.py (its own process, fixed 100 ms latency, no faults) with a
 fresh cache per run, so every request is a real HTTP call, and prints calls/s against the ideal rate.
 
-    .venv/bin/python bench/bench_api.py [--calls 2000] [--latency 0.1]
+    python -m bench.bench_api [--calls 2000] [--latency 0.1]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from openai_server import OpenAIServer  # noqa: E402
-
-from stressprobe.llm import Request, open_client  # noqa: E402
+from stressprobe.llm import Request, open_client
+from tests.support.openai_server import OpenAIServer
 
 TARGET = 0.8
 

@@ -7,8 +7,8 @@ fails) per try, and ONE victim request with `n` samples (plus, with the opt-in g
 request per success). Both counts are taken on the same search tree, grown under the authors' code limits
 (10 expansions per question) so that the tree matches the earlier measurements.
 
-    python bench/bench_cdv.py                      # scripted victim (rule-based, no model)
-    python bench/bench_cdv.py --model smollm2-135m # the local model (slow: 2 questions, fresh cache)
+    python -m bench.bench_cdv                      # scripted victim (rule-based, no model)
+    python -m bench.bench_cdv --model smollm2-135m # the local model (slow: 2 questions, fresh cache)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Time the offline dry run of the papers' full grid (config/paper.yaml) against its 10 s budget.
 
-    .venv/bin/python bench/bench_dag.py [repeats]
+    python -m bench.bench_dag [repeats]
 
 The dry run happens in a scratch directory where the config's placeholder paths (runs directories, RAG24
 files) exist as empty files, so that Snakemake can build the whole DAG without any data or network.

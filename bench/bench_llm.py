@@ -1,7 +1,7 @@
 """Local-path throughput of the LLM layer vs a bare llama-cpp-python loop on 100 UMBRELA prompts.
 
 The prompts are the project's UMBRELA template (`resources/prompts/umbrela.txt`, rendered with
-`stressprobe.prompts`) for 10 queries x 10 judged passages of the embedded `demo-dl` collection, in their
+`stressprobe.persona.prompts`) for 10 queries x 10 judged passages of the embedded `demo-dl` collection, in their
 natural order (qid, then docid, as in `pairs.jsonl`). Both sides run smollm2-135m with max_tokens 16 and
 temperature 0 on their own freshly loaded model (load time is not counted):
 
@@ -9,7 +9,7 @@ temperature 0 on their own freshly loaded model (load time is not counted):
 2. layer: `open_client(...).generate(prompts)` with a fresh cache (the layer orders by shared prefix);
 3. layer again on the same cache, as a new job: every answer must come from the cache (0 model calls).
 
-    .venv/bin/python bench/bench_llm.py [--shuffle] [--rounds 2]
+    python -m bench.bench_llm [--shuffle] [--rounds 2]
 
 `--shuffle` gives both sides the prompts in a random order (as when conditions are mixed), where prefix
 ordering has more to win. The sides alternate over `--rounds` (ABBA), and the load average is printed:
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends.llamacpp import resolve_package_file
-from stressprobe.prompts import judge_prompt, load_template
+from stressprobe.persona.prompts import judge_prompt, load_template
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "resources" / "demo" / "judging" / "demo-dl"

@@ -1,6 +1,6 @@
 """System–condition pairs whose rank displacement has the same sign under every model."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

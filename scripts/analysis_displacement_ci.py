@@ -1,6 +1,6 @@
 """Table 6: mean |Δr| per dataset × model with a bootstrap CI over systems."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

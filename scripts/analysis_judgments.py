@@ -1,6 +1,6 @@
 """Per dataset: per-query κ and label shift counts of every judged cell (tidy TSVs for the tables)."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 
 
@@ -12,6 +12,7 @@ def main(smk):
         smk.input.human,
         smk.output.kappa,
         smk.output.shift,
+        smk.params.unparsed,
     )
 
 

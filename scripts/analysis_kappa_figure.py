@@ -1,6 +1,6 @@
 """Figure 1: heatmap of mean κ vs UMBRELA."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 
 

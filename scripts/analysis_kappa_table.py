@@ -1,6 +1,6 @@
 """Mean κ vs UMBRELA and vs human labels per dataset × model × condition."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

@@ -1,6 +1,6 @@
 """Label shift profile figure (pooled over models, one panel per dataset)."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 
 

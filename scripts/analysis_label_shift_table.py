@@ -1,6 +1,6 @@
 """Label shift profile vs UMBRELA per dataset × model × condition."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

@@ -1,6 +1,6 @@
 """Figure 2: condition vs human nDCG@10 per run, one panel per (dataset, model)."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 
 

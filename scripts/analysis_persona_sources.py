@@ -1,6 +1,6 @@
 """PersonaHub vs USPersona per matched role, side by side."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

@@ -1,6 +1,6 @@
 """Table 5: rank and nDCG@10 displacement vs UMBRELA per dataset × condition."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

@@ -1,6 +1,6 @@
 """Per dataset: nDCG@10 of every run under every judging cell and the human qrels (a tidy TSV)."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 
 

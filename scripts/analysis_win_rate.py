@@ -1,6 +1,6 @@
 """Table 3: win rate W% and mean κ shift with sign / Wilcoxon tests, Holm-corrected."""
 
-from stressprobe import analysis
+from stressprobe.persona import analysis
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 

@@ -4,7 +4,7 @@ import logging
 
 from stressprobe.embedding import load_embedder, save_vectors
 from stressprobe.io import write_jsonl
-from stressprobe.personas import build_pool, load_pool_records
+from stressprobe.persona.pools import build_pool, load_pool_records
 from stressprobe.snakemake_io import run_script
 
 log = logging.getLogger("stressprobe")

@@ -4,16 +4,18 @@ import dataclasses
 from pathlib import Path
 
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
-from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl
-from stressprobe.prompts import JUDGE_PLACEHOLDERS, SUMMARY_PLACEHOLDERS, load_template
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.prompts import SUMMARY_PLACEHOLDERS, load_judge_template, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
 def main(smk):
     judging = smk.params.judging
+    judge = load_judge_template(smk.input.judge_template).with_system(judging["system_message"])
     templates = {
-        "judge": load_template(smk.input.judge_template, required=JUDGE_PLACEHOLDERS),
+        "judge": judge.user,
+        "judge_system": judge.system,
         "summary": load_template(smk.input.summary_template, required=SUMMARY_PLACEHOLDERS),
     }
     cache = CacheView(cache_path(smk))
@@ -39,6 +41,7 @@ def main(smk):
                 smk.params.models,
                 templates,
                 cache,
+                deliveries=smk.params.deliveries,
             )
     finally:
         cache.close()

@@ -1,8 +1,8 @@
 """External judgments registered in config, as qrels of the dataset's selected queries."""
 
-from stressprobe.datasets import format_qrels, read_qrels, read_topics
 from stressprobe.io import atomic_write
-from stressprobe.judging import restrict_external_qrels
+from stressprobe.persona.data import format_qrels, read_qrels, read_topics
+from stressprobe.persona.judging import restrict_external_qrels
 from stressprobe.snakemake_io import run_script
 
 

@@ -1,16 +1,17 @@
 """One judge cell: every summarized pair of a dataset judged by one model under one condition."""
 
-from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl, write_json, write_jsonl
-from stressprobe.judging import (
+from stressprobe.llm import open_client
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.judging import (
     JudgeSettings,
     cell_summary,
     condition_personas,
     judge_cell,
+    persona_delivery,
     split_condition,
 )
-from stressprobe.llm import open_client
-from stressprobe.prompts import JUDGE_PLACEHOLDERS, load_template
+from stressprobe.persona.prompts import load_judge_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
@@ -18,14 +19,21 @@ def main(smk):
     source, role = split_condition(f"{smk.wildcards.source}/{smk.wildcards.role}")
     summaries = read_jsonl(smk.input.summaries)
     topics = read_topics(smk.input.topics)
-    template = load_template(smk.input.template, required=JUDGE_PLACEHOLDERS)
+    template = load_judge_template(smk.input.template).with_system(smk.params.system_message)
     # The workflow passes a persona table only to retrieved conditions.
     path = smk.input.get("personas", "")
     records = read_jsonl(path) if path else None
     fixed = {role: smk.params.persona} if smk.params.persona is not None else {}
     personas = condition_personas(topics, source, role, fixed, records, path)
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
-        settings = JudgeSettings(template, smk.params.max_tokens, smk.params.logprobs, smk.params.prefill)
+        settings = JudgeSettings(
+            template.user,
+            smk.params.max_tokens,
+            smk.params.logprobs,
+            smk.params.prefill,
+            system=template.system,
+            delivery=persona_delivery(source, role, smk.params.delivery),
+        )
         records = judge_cell(client, summaries, topics, personas, settings)
         client.write_usage(smk.output.usage)
     counts = cell_summary(records)

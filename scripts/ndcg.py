@@ -1,7 +1,7 @@
 """nDCG@10 of every run of a dataset under one qrels (an LLM cell, an external judge, or the human qrels)."""
 
-from stressprobe.evaluation import format_ndcg_table, ndcg_table_from_files
 from stressprobe.io import atomic_write
+from stressprobe.persona.evaluation import format_ndcg_table, ndcg_table_from_files
 from stressprobe.snakemake_io import run_script
 
 

@@ -3,7 +3,8 @@
 import logging
 from pathlib import Path
 
-from stressprobe.datasets import (
+from stressprobe.io import atomic_write, write_jsonl
+from stressprobe.persona.data import (
     format_qrels,
     format_run,
     format_run_metadata,
@@ -13,7 +14,6 @@ from stressprobe.datasets import (
     read_run_metadata,
     read_runs_dir,
 )
-from stressprobe.io import atomic_write, write_jsonl
 from stressprobe.snakemake_io import run_script
 
 log = logging.getLogger("stressprobe")

@@ -2,10 +2,10 @@
 
 from functools import cache
 
-from stressprobe.datasets import read_topics
 from stressprobe.embedding import load_embedder
 from stressprobe.io import atomic_write
-from stressprobe.personas import domains_for_queries, format_domains
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.pools import domains_for_queries, format_domains
 from stressprobe.snakemake_io import run_script
 
 

@@ -1,9 +1,9 @@
 """Retrieve the query, domain and orthogonal personas of every query of a dataset from one pool."""
 
-from stressprobe.datasets import read_topics
 from stressprobe.embedding import load_embedder, load_vectors
 from stressprobe.io import read_jsonl, write_jsonl
-from stressprobe.personas import domain_texts, read_domain_mapping, read_taxonomy, select_personas
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.pools import domain_texts, read_domain_mapping, read_taxonomy, select_personas
 from stressprobe.snakemake_io import run_script
 
 
@@ -28,6 +28,7 @@ def main(smk):
         pool,
         pool_vectors,
         k=smk.params.candidates,
+        orthogonal=smk.params.orthogonal,
     )
     write_jsonl(smk.output[0], records)
 

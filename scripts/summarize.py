@@ -1,11 +1,11 @@
 """Summarize every pair of a dataset once (or pass the passages through when summarization is off)."""
 
-from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl, write_json, write_jsonl
-from stressprobe.judging import summarize_pairs
 from stressprobe.llm import open_client
 from stressprobe.llm.usage import Usage, usage_record
-from stressprobe.prompts import SUMMARY_PLACEHOLDERS, load_template
+from stressprobe.persona.data import read_topics
+from stressprobe.persona.judging import summarize_pairs
+from stressprobe.persona.prompts import SUMMARY_PLACEHOLDERS, load_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 

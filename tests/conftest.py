@@ -1,11 +1,6 @@
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from helpers import make_workdir  # noqa: E402
+from tests.support.helpers import make_workdir
 
 
 @pytest.fixture

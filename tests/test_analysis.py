@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files
-from helpers import shared_data
-from test_metrics import holm_by_hand, kappa_by_definition, rbo_ext_by_definition, tau_b_by_definition
 
-from stressprobe import analysis, metrics
 from stressprobe.errors import StressprobeError
-from stressprobe.evaluation import format_ndcg_table, ndcg_table
 from stressprobe.io import atomic_write, write_jsonl
+from stressprobe.persona import analysis, metrics
+from stressprobe.persona.evaluation import format_ndcg_table, ndcg_table
+from tests.support.analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files
+from tests.support.helpers import shared_data
+from tests.test_metrics import holm_by_hand, kappa_by_definition, rbo_ext_by_definition, tau_b_by_definition
 
 ORDER = {"dataset": ["d"], "model": ["m1", "m2"], "condition": ["baseline/umbrela", "fixed/gap"]}
 
@@ -323,7 +323,7 @@ def test_every_output_builds_from_contract_files_and_is_byte_identical(tmp_path)
 
 
 def test_real_dl20_condition_equal_to_human_gives_identical_rankings(tmp_path):
-    from stressprobe.datasets import read_qrels, read_runs_dir
+    from stressprobe.persona.data import read_qrels, read_runs_dir
 
     data = shared_data("dl20")
     qrels = read_qrels(data / "qrels.txt")

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from analysis_fixtures import DatasetSpec, StudySpec, write_study_files
-from helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
+
+from tests.support.analysis_fixtures import DatasetSpec, StudySpec, write_study_files
+from tests.support.helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
 
 RULES = re.findall(r"^rule (\w+):", (ROOT / "workflow" / "rules" / "analysis.smk").read_text(), flags=re.M)
 TARGET_RULES = [r for r in RULES if r not in ("analysis_judgments", "analysis_systems")]
@@ -63,6 +64,10 @@ def test_every_table_and_figure_is_built_and_a_rerun_does_nothing(study):
         "direction_consistency",
         "direction_consistency_counts",
         "persona_sources",
+        "table4_ranking_agreement_paper",
+        "table7_sensitive_systems_paper",
+        "vs_paper",
+        "vs_paper_summary",
     ):
         for ext in ("csv", "md", "tex"):
             assert (workdir / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0
@@ -76,8 +81,11 @@ def test_every_table_and_figure_is_built_and_a_rerun_does_nothing(study):
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
-        (("rbo_phi",), 0.8, {"analysis_ranking_agreement", "analysis_persona_sources"}),
-        (("bootstrap", "seed"), 7, {"analysis_displacement_ci"}),
+        (("rbo_phi",), 0.8, {"analysis_ranking_agreement", "analysis_persona_sources", "analysis_vs_paper"}),
+        (("bootstrap", "seed"), 7, {"analysis_displacement_ci", "analysis_vs_paper"}),
+        (("representative_systems",), {"demo-dl": ["run0*"]}, {"analysis_sensitive_systems"}),
+        (("vs_paper", "names"), {"demo-dl": "dl20"}, {"analysis_vs_paper"}),
+        (("figure2_width_in",), 5.0, {"analysis_ndcg_scatter"}),
         (("alpha",), 0.01, {"analysis_win_rate"}),
         (("top_k_sensitive",), 2, {"analysis_sensitive_systems"}),
         (("dpi",), 72, {"analysis_kappa_figure", "analysis_label_shift_figure", "analysis_ndcg_scatter"}),
@@ -110,5 +118,35 @@ def test_report_contains_every_table_and_figure(study, tmp_path):
         "figure2_ndcg_scatter.png",
         "label_shift.png",
         "table7_sensitive_systems.csv",
+        "table4_ranking_agreement_paper.csv",
+        "table7_sensitive_systems_paper.csv",
+        "vs_paper.csv",
     ):
         assert name in names
+
+
+@pytest.mark.slow
+def test_paper_layouts_on_the_tiny_grid(study):
+    """The paper-layout tables of the rule outputs: Table 3 side by side, Table 4 blocks with UMBRELA last,
+    Table 6 sorted, the scorecard listing every published cell (none covered: demo names are not the paper's)."""
+    import pandas as pd
+
+    from stressprobe.persona import vs_paper
+
+    workdir, _, config = study
+    tables = workdir / "results" / "tables"
+    # The tiny config's [baseline/umbrela, fixed/gap, personahub/query] in the paper's column order.
+    conditions = ["personahub/query", "fixed/gap"]
+    assert sorted(conditions) == sorted(config["judging"]["conditions"][1:])
+    table3 = pd.read_csv(tables / "table3_win_rate.csv")
+    assert list(table3.columns)[2:] == [f"{c} {m}" for c in conditions for m in ("W%", "Δ̄")]
+    table4 = pd.read_csv(tables / "table4_ranking_agreement_paper.csv")
+    assert list(table4.columns) == ["dataset", "metric", "model", *conditions, "baseline/umbrela"]
+    assert table4["metric"].tolist() == ["τ-b", "RBO"]
+    table6 = pd.read_csv(tables / "table6_displacement_ci.csv")
+    assert table6["mean |Δr|"].is_monotonic_decreasing
+    table7 = pd.read_csv(tables / "table7_sensitive_systems_paper.csv")
+    assert table7["runs"].sum() == config["analysis"]["top_k_sensitive"]
+    scorecard = pd.read_csv(tables / "vs_paper.csv")
+    published = vs_paper.read_paper_values(ROOT / "resources" / "paper" / "persona_values.tsv")
+    assert len(scorecard) == len(published) and scorecard["run"].isna().all()

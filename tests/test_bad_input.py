@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from api_workdir import (
+
+from tests.support.api_workdir import (
     CDV_QUESTIONS,
     cached_messages,
     error_lines,
@@ -23,8 +24,8 @@ from api_workdir import (
     write_cdv_questions,
     write_judging_data,
 )
-from helpers import make_workdir
-from openai_server import OpenAIServer
+from tests.support.helpers import make_workdir
+from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.slow
 

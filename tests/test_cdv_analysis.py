@@ -4,7 +4,6 @@ import json
 from dataclasses import replace
 
 import numpy as np
-from cdv_scripted import ScriptedModel, make_item
 
 from stressprobe.cdv.baselines import baseline_questions
 from stressprobe.cdv.classifier import (
@@ -27,6 +26,7 @@ from stressprobe.cdv.search import (
     wrong_answer,
 )
 from stressprobe.llm import Response
+from tests.support.cdv_scripted import ScriptedModel, make_item
 
 SETTINGS = SearchSettings(samples=3, limits="authors_code", max_expansions=2, max_candidates=None)
 

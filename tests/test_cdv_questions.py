@@ -4,10 +4,10 @@ import json
 from collections import Counter
 
 import pytest
-from helpers import shared_data
 
 from stressprobe.cdv.questions import HF_ADAPTERS, prepare_questions, read_question_file, validate_items
 from stressprobe.errors import StressprobeError
+from tests.support.helpers import shared_data
 
 
 def write(tmp_path, name, items):

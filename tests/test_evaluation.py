@@ -4,16 +4,16 @@ import math
 import random
 
 import pytest
-from helpers import shared_data
 
-from stressprobe.datasets import read_qrels, read_runs_dir
 from stressprobe.errors import StressprobeError
-from stressprobe.evaluation import (
+from stressprobe.persona.data import read_qrels, read_runs_dir
+from stressprobe.persona.evaluation import (
     format_ndcg_table,
     ndcg_table,
     ndcg_table_from_files,
     read_ndcg_table,
 )
+from tests.support.helpers import shared_data
 
 DL20_BM25_NDCG10 = 0.4796  # published value, ../shared/data/README.md (trec_eval, NIST qrels)
 

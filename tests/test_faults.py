@@ -14,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from api_workdir import (
+
+from stressprobe.cdv.prompts import PROXY_SYSTEM, SEMANTIC_SYSTEM, VICTIM_SYSTEM
+from tests.support.api_workdir import (
     error_lines,
     judge_cell,
     run_workflow,
@@ -22,10 +24,8 @@ from api_workdir import (
     write_cdv_questions,
     write_judging_data,
 )
-from helpers import make_workdir
-from openai_server import FAULT_KINDS, OFF_FORMAT_TEXT, OpenAIServer
-
-from stressprobe.cdv.prompts import PROXY_SYSTEM, SEMANTIC_SYSTEM, VICTIM_SYSTEM
+from tests.support.helpers import make_workdir
+from tests.support.openai_server import FAULT_KINDS, OFF_FORMAT_TEXT, OpenAIServer
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,8 @@ import math
 import pytest
 
 from stressprobe.errors import StressprobeError
-from stressprobe.judging import (
+from stressprobe.llm import Request, Response, answer_prefill
+from stressprobe.persona.judging import (
     CONDITIONS,
     JudgeSettings,
     cell_personas,
@@ -15,7 +16,6 @@ from stressprobe.judging import (
     split_condition,
     summarize_pairs,
 )
-from stressprobe.llm import Request, Response, answer_prefill
 
 TEMPLATE = "Query: {query}\nPassage: {passage}\nAnswer ##final score: <0-3>"
 TOPICS = {"q1": "what is a cat", "q2": "boiling point of water"}

@@ -8,10 +8,10 @@ import multiprocessing
 import socket
 
 import pytest
-from openai_server import OFF_FORMAT_TEXT, OpenAIServer
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, label_distribution, open_client
+from tests.support.openai_server import OFF_FORMAT_TEXT, OpenAIServer
 
 FORK = multiprocessing.get_context("fork")
 KEY_ENV = "STRESSPROBE_TEST_API_KEY"

@@ -1,4 +1,4 @@
-"""Each statistic of stressprobe.metrics against an independent computation on small hand-built inputs."""
+"""Each statistic of stressprobe.persona.metrics against an independent computation on small hand-built inputs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from stressprobe import metrics
+from stressprobe.persona import metrics
 
 
 def kappa_by_definition(a, b) -> float:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 import yaml
-from helpers import ROOT
 
+from bench.bench_dag import LIMIT_S, PAPER_CONFIG, dry_run, job_counts, make_paper_workdir
 from stressprobe.config import validate_config
-
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_dag import LIMIT_S, PAPER_CONFIG, dry_run, job_counts, make_paper_workdir  # noqa: E402
+from tests.support.helpers import ROOT
 
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -65,6 +62,19 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["prepare_dataset"] == len(judging["datasets"])
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])
     assert jobs["cdv_prepare"] == len(cdv["datasets"])
+    # The official UMBRELA template is fetched (and checksummed) by one job, never read from the repository.
+    assert jobs["fetch_prompt"] == 1
+
+
+def test_the_judge_prompt_is_the_official_umbrela_template(paper):
+    judging = paper["judging"]
+    assert judging["prompt"] == (
+        "https://raw.githubusercontent.com/castorini/umbrela/01cc3abfb11fdce82613cf4d58254bb52095c04e/"
+        "src/umbrela/prompts/prompt_templates/qrel_zeroshot_bing.yaml"
+    )
+    assert judging["prompt_sha256"] == "0acee5259241028d3edb2a4f6a142238f8616f661eda75c37197447f2df2d0e1"
+    # §3.2.1: GAP is a fixed system prompt
+    assert paper["personas"]["delivery"] == {"evidence": "prefix", "gap": "system"}
 
 
 def test_dry_run_is_fast(plan):

@@ -6,11 +6,10 @@ import logging
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import run_snakemake
 
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
-from stressprobe.personas import (
+from stressprobe.persona.pools import (
     ROLES,
     USPERSONA_PREFIX,
     Domain,
@@ -26,6 +25,7 @@ from stressprobe.personas import (
     select_personas,
     uspersona_text,
 )
+from tests.support.helpers import run_snakemake
 
 DEMOGRAPHICS = {
     "sex": "Female",

@@ -8,7 +8,7 @@ import pytest
 from matplotlib.colors import to_rgba
 
 from stressprobe import plots
-from stressprobe.judging import CONDITIONS
+from stressprobe.persona.judging import CONDITIONS
 
 OPTIONS = {"width": 3.5, "font_size": 7, "columns": 2}
 

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from stressprobe.errors import StressprobeError
-from stressprobe.prompts import judge_prompt, load_template, parse_label, persona_phrase, render
+from stressprobe.persona.prompts import judge_prompt, load_template, parse_label, persona_phrase, render
 
 ROOT = Path(__file__).resolve().parents[1]
 UMBRELA = ROOT / "resources" / "prompts" / "umbrela.txt"

@@ -2,9 +2,8 @@
 
 import json
 
-from helpers import ROOT
-
 from stressprobe.provenance import config_hash, git_commit, model_identities, provenance_record, seeds
+from tests.support.helpers import ROOT
 
 
 def test_config_hash_ignores_key_order_but_not_values():

@@ -16,9 +16,9 @@ import json
 
 import pytest
 import yaml
-from helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
 
 from stressprobe.provenance import git_commit
+from tests.support.helpers import ROOT, TINY_CONFIG, make_workdir, run_snakemake
 
 pytestmark = pytest.mark.slow
 

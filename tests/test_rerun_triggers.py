@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import TINY_CONFIG, make_workdir, run_snakemake
+
+from tests.support.helpers import TINY_CONFIG, make_workdir, run_snakemake
 
 pytestmark = pytest.mark.slow
 

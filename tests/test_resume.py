@@ -12,7 +12,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from api_workdir import (
+
+from tests.support.api_workdir import (
     body_messages,
     cached_messages,
     judge_cell,
@@ -25,8 +26,8 @@ from api_workdir import (
     write_cdv_questions,
     write_judging_data,
 )
-from helpers import make_workdir
-from openai_server import OpenAIServer
+from tests.support.helpers import make_workdir
+from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.slow
 

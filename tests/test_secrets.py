@@ -6,9 +6,16 @@ import secrets
 from pathlib import Path
 
 import pytest
-from api_workdir import error_lines, run_workflow, write_api_config, write_cdv_questions, write_judging_data
-from helpers import make_workdir
-from openai_server import OpenAIServer
+
+from tests.support.api_workdir import (
+    error_lines,
+    run_workflow,
+    write_api_config,
+    write_cdv_questions,
+    write_judging_data,
+)
+from tests.support.helpers import make_workdir
+from tests.support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.slow
 

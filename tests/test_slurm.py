@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, SNAKEMAKE, TINY_CONFIG, make_workdir
-from openai_server import OpenAIServer
+
+from tests.support.helpers import ROOT, SNAKEMAKE, TINY_CONFIG, make_workdir
+from tests.support.openai_server import OpenAIServer
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -101,7 +102,7 @@ def finished_jobs(wanted: set[str], timeout: float = 60) -> dict[str, dict[str, 
         time.sleep(1)
 
 
-def run_workflow(workdir: Path, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_on_slurm(workdir: Path, config: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     cmd = [*SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)]
     cmd += ["--configfile", str(config), *PROFILES]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -134,9 +135,9 @@ def e2e(tmp_path_factory):
         config_path.write_text(yaml.safe_dump(config))
         env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
         env["HF_HUB_OFFLINE"] = "1"
-        first = run_workflow(workdir, config_path, env)
+        first = run_on_slurm(workdir, config_path, env)
         after_first = result_mtimes(workdir)
-        second = run_workflow(workdir, config_path, {**env, KEY_ENV: API_KEY})
+        second = run_on_slurm(workdir, config_path, {**env, KEY_ENV: API_KEY})
         api_requests = server.total_requests
     for i, run in enumerate((first, second), start=1):  # kept for whoever debugs a failure
         (workdir / f"run{i}.stderr").write_text(run.stderr)

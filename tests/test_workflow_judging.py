@@ -2,20 +2,17 @@
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import pytrec_eval
 import yaml
-from helpers import ROOT, TINY_CONFIG, run_snakemake, shared_data
 
-from stressprobe.datasets import read_qrels, read_run, read_run_names, read_topics
-from stressprobe.evaluation import read_ndcg_table
+from bench.bench_dag import job_counts  # (the dry-run table parser the DAG benchmark uses)
 from stressprobe.io import read_jsonl
-
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_dag import job_counts  # noqa: E402  (the dry-run table parser the DAG benchmark uses)
+from stressprobe.persona.data import read_qrels, read_run, read_run_names, read_topics
+from stressprobe.persona.evaluation import read_ndcg_table
+from tests.support.helpers import ROOT, TINY_CONFIG, run_snakemake, shared_data
 
 MODEL = "smollm2-135m"
 JUDGMENT_KEYS = {"qid", "docid", "label", "raw", "status", "probs", "expected", "persona"}

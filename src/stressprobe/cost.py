@@ -23,19 +23,20 @@ from typing import Any
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
-from stressprobe.judging import (
+from stressprobe.llm import Request, answer_prefill
+from stressprobe.llm.backends import backend_identity
+from stressprobe.llm.cache import ResponseCache, cache_key
+from stressprobe.llm.usage import cost_usd
+from stressprobe.persona.judging import (
     JudgeSettings,
     condition_personas,
     is_retrieved,
     judgeable,
     passage_record,
+    persona_delivery,
     split_condition,
     summary_requests,
 )
-from stressprobe.llm import Request, answer_prefill
-from stressprobe.llm.backends import backend_identity
-from stressprobe.llm.cache import ResponseCache, cache_key
-from stressprobe.llm.usage import cost_usd
 
 CHARS_PER_TOKEN = 4
 # OpenAI's counting recipe for chat prompts: each message carries ~4 tokens of role and separators, and
@@ -156,8 +157,9 @@ def judging_estimates(
     fixed_personas: Mapping[str, str],
     summarizer: str | None,
     models: Mapping[str, Mapping[str, Any]],
-    templates: Mapping[str, str],
+    templates: Mapping[str, str | None],
     cache: CacheView,
+    deliveries: Mapping[str, str] | None = None,
 ) -> list[CellEstimate]:
     """The summarize cell (when the dataset is summarized) and every judge cell of one dataset.
 
@@ -180,6 +182,8 @@ def judging_estimates(
                 judging["judge_max_tokens"],
                 judging["logprobs"],
                 answer_prefill(models[model], judging["answer_prefix"]),
+                system=templates.get("judge_system"),
+                delivery=persona_delivery(source, role, deliveries or {}),
             )
             requests = settings.cell_requests(texts, topics, personas)
             rows.append(estimate_cell("judging", dataset, condition, model, models[model], requests, cache))

@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from stressprobe.io import atomic_target  # noqa: E402
-from stressprobe.judging import CONDITIONS, HUMAN_CONDITION  # noqa: E402
+from stressprobe.persona.judging import CONDITIONS, HUMAN_CONDITION  # noqa: E402
 
 #: The study's conditions in their canonical order; each keeps its colour whatever the config selects.
 CANONICAL_CONDITIONS = (*CONDITIONS, HUMAN_CONDITION)
@@ -169,40 +169,90 @@ def ndcg_scatter(
         # One range for every panel (shared axes), a small margin around the data.
         limits = (max(0.0, values.min() - 0.03), min(1.0, values.max() + 0.03)) if len(values) else (0.0, 1.0)
         for ax, (dataset, model) in zip(axes.flat, panels, strict=False):
-            human = frame[(frame["dataset"] == dataset) & (frame["model"] == "human")].set_index("run")[
-                "ndcg"
-            ]
-            block = frame[(frame["dataset"] == dataset) & (frame["model"] == model)]
-            for condition in conditions:
-                scores = block[block["condition"] == condition].set_index("run")["ndcg"]
-                runs = scores.index.intersection(human.index)
-                ax.scatter(
-                    human[runs],
-                    scores[runs],
-                    s=6,
-                    color=colors[condition],
-                    label=_short(condition),
-                    linewidths=0,
-                    alpha=0.85,
-                )
-            ax.plot(limits, limits, color="black", linewidth=0.6, linestyle="--")
-            ax.set_xlim(*limits)
-            ax.set_ylim(*limits)
-            ax.set_aspect("equal")
+            _scatter_panel(ax, frame, dataset, model, conditions, colors, limits)
             ax.set_title(f"{dataset} · {model}")
         _outer_labels(axes, len(panels), "human nDCG@10", "condition nDCG@10")
-        handles = [
-            plt.Line2D([], [], marker="o", linestyle="", color=colors[c], markersize=3) for c in conditions
-        ]
-        fig.legend(
-            handles,
-            [_short(c) for c in conditions],
-            loc="outside lower center",
-            ncol=min(5, len(conditions)),
-            frameon=False,
-            handletextpad=0.2,
-            columnspacing=0.8,
+        _condition_legend(fig, conditions, colors)
+        return fig
+
+
+def _scatter_panel(ax, frame: pd.DataFrame, dataset, model, conditions, colors, limits) -> None:
+    """One panel of Figure 2: each condition's nDCG@10 per run against the human one, and y = x."""
+    human = frame[(frame["dataset"] == dataset) & (frame["model"] == "human")].set_index("run")["ndcg"]
+    block = frame[(frame["dataset"] == dataset) & (frame["model"] == model)]
+    for condition in conditions:
+        scores = block[block["condition"] == condition].set_index("run")["ndcg"]
+        runs = scores.index.intersection(human.index)
+        ax.scatter(
+            human[runs],
+            scores[runs],
+            s=6,
+            color=colors[condition],
+            label=_short(condition),
+            linewidths=0,
+            alpha=0.85,
         )
+    ax.plot(limits, limits, color="black", linewidth=0.6, linestyle="--")
+    ax.set_xlim(*limits)
+    ax.set_ylim(*limits)
+    ax.set_aspect("equal")
+
+
+def _condition_legend(fig: Figure, conditions: Sequence[str], colors: Mapping[str, tuple]) -> None:
+    handles = [
+        plt.Line2D([], [], marker="o", linestyle="", color=colors[c], markersize=3) for c in conditions
+    ]
+    fig.legend(
+        handles,
+        [_short(c) for c in conditions],
+        loc="outside lower center",
+        ncol=min(5, len(conditions)),
+        frameon=False,
+        handletextpad=0.2,
+        columnspacing=0.8,
+    )
+
+
+def ndcg_scatter_grid(
+    systems: pd.DataFrame,
+    datasets: Sequence[str],
+    models: Sequence[str],
+    conditions: Sequence[str],
+    width: float,
+    font_size: float,
+) -> Figure:
+    """Figure 2 as the paper lays it out: a row per dataset, a column per judge model.
+
+    Panels of a row share one axis range (the datasets' nDCG@10 ranges differ: DL20 and RAG24 in the
+    paper); a (dataset, model) without scores leaves its panel empty and hidden.
+    """
+    colors = condition_colors(conditions)
+    frame = systems.astype({"dataset": str, "model": str, "condition": str})
+    columns = max(1, len(models))
+    with plt.rc_context(style(font_size)):
+        fig, axes = plt.subplots(
+            max(1, len(datasets)),
+            columns,
+            figsize=(width, width / columns * max(1, len(datasets))),
+            squeeze=False,
+            layout="constrained",
+        )
+        for row, dataset in enumerate(datasets):
+            values = frame.loc[frame["dataset"] == dataset, "ndcg"].to_numpy(float)
+            limits = (max(0.0, values.min() - 0.03), min(1.0, values.max() + 0.03)) if len(values) else (0, 1)
+            for col, model in enumerate(models):
+                ax = axes[row, col]
+                if not ((frame["dataset"] == dataset) & (frame["model"] == model)).any():
+                    ax.set_visible(False)
+                    continue
+                _scatter_panel(ax, frame, dataset, model, conditions, colors, limits)
+                ax.set_title(model if row == 0 else "")
+                ax.set_xlabel("human nDCG@10" if row == len(datasets) - 1 else "")
+                if col == 0:
+                    ax.set_ylabel(f"{dataset}\nnDCG@10")  # short: a row is one panel high
+                else:
+                    ax.tick_params(labelleft=False)
+        _condition_legend(fig, conditions, colors)
         return fig
 
 

@@ -34,6 +34,7 @@ rule analysis_judgments:
         **config["resources"]["data"],
     params:
         cells=analysis_label_cells,
+        unparsed=config["judging"]["unparsed"],
     script:
         "../../scripts/analysis_judgments.py"
 
@@ -213,7 +214,10 @@ rule analysis_ndcg_scatter:
         **config["resources"]["small"],
     params:
         order=analysis_order(),
-        figure=analysis_figure_options(),
+        figure={
+            **analysis_figure_options(),
+            "figure2_width_in": config["analysis"]["figure2_width_in"],
+        },
     script:
         "../../scripts/analysis_ndcg_scatter.py"
 
@@ -230,6 +234,14 @@ rule analysis_ranking_agreement:
         ),
         table_md="results/tables/table4_ranking_agreement.md",
         table_tex="results/tables/table4_ranking_agreement.tex",
+        paper=report(
+            "results/tables/table4_ranking_agreement_paper.csv",
+            caption="../report/table4_ranking_agreement_paper.rst",
+            category="Persona study",
+            subcategory="System level",
+        ),
+        paper_md="results/tables/table4_ranking_agreement_paper.md",
+        paper_tex="results/tables/table4_ranking_agreement_paper.tex",
     log:
         "results/logs/analysis/ranking_agreement.log",
     localrule: True
@@ -310,6 +322,14 @@ rule analysis_sensitive_systems:
         ),
         table_md="results/tables/table7_sensitive_systems.md",
         table_tex="results/tables/table7_sensitive_systems.tex",
+        paper=report(
+            "results/tables/table7_sensitive_systems_paper.csv",
+            caption="../report/table7_sensitive_systems_paper.rst",
+            category="Persona study",
+            subcategory="Sensitivity",
+        ),
+        paper_md="results/tables/table7_sensitive_systems_paper.md",
+        paper_tex="results/tables/table7_sensitive_systems_paper.tex",
     log:
         "results/logs/analysis/sensitive_systems.log",
     localrule: True
@@ -320,6 +340,7 @@ rule analysis_sensitive_systems:
     params:
         order=analysis_order(),
         top_k=config["analysis"]["top_k_sensitive"],
+        representative=config["analysis"]["representative_systems"],
     script:
         "../../scripts/analysis_sensitive_systems.py"
 
@@ -382,3 +403,41 @@ rule analysis_persona_sources:
         rbo_phi=config["analysis"]["rbo_phi"],
     script:
         "../../scripts/analysis_persona_sources.py"
+
+
+rule analysis_vs_paper:
+    input:
+        kappa=ANALYSIS_KAPPA,
+        systems=ANALYSIS_SYSTEMS,
+        values=config["analysis"]["vs_paper"]["values"],
+    output:
+        table=report(
+            "results/tables/vs_paper.csv",
+            caption="../report/vs_paper.rst",
+            category="Persona study",
+            subcategory="Reproduction",
+        ),
+        table_md="results/tables/vs_paper.md",
+        table_tex="results/tables/vs_paper.tex",
+        summary=report(
+            "results/tables/vs_paper_summary.csv",
+            caption="../report/vs_paper_summary.rst",
+            category="Persona study",
+            subcategory="Reproduction",
+        ),
+        summary_md="results/tables/vs_paper_summary.md",
+        summary_tex="results/tables/vs_paper_summary.tex",
+    log:
+        "results/logs/analysis/vs_paper.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        order=analysis_order(),
+        rbo_phi=config["analysis"]["rbo_phi"],
+        bootstrap=config["analysis"]["bootstrap"],
+        names=config["analysis"]["vs_paper"]["names"],
+    script:
+        "../../scripts/analysis_vs_paper.py"

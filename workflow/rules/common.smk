@@ -107,7 +107,7 @@ def provenance_outputs():
 # -- judging (summaries, judge cells, qrels, nDCG) --
 import re as _re
 
-from stressprobe import judging as _judging
+from stressprobe.persona import judging as _judging
 
 
 def _alternation(names):
@@ -164,6 +164,33 @@ def _check_judging_config():
 stop_on_error(_check_judging_config)
 
 
+# -- the judge prompt template: a local file, or a published one fetched (and checksummed) by a job --
+from stressprobe import fetch as _fetch
+
+
+stop_on_error(
+    _fetch.check_source,
+    config["judging"]["prompt"],
+    config["judging"]["prompt_sha256"],
+    "judging.prompt",
+)
+
+
+def judge_template():
+    """The judge template file jobs read: the configured path, or where the download job puts the URL's file."""
+    spec = config["judging"]["prompt"]
+    if _fetch.is_url(spec):
+        return f"results/prompts/judge_template{_fetch.url_suffix(spec)}"
+    return spec
+
+
+def fixed_delivery(wildcards):
+    """How a fixed persona is delivered (`personas.delivery`), only for that role; {} for other conditions."""
+    if wildcards.source != "fixed":
+        return {}
+    return {wildcards.role: config["personas"]["delivery"][wildcards.role]}
+
+
 JUDGE_MODEL_RE = _alternation(judge_models())
 EXTERNAL_RE = _alternation(external_judges())
 DATASET_RE = _alternation(judging_datasets())
@@ -206,8 +233,9 @@ def summarizes(dataset):
 
 
 def summarizer(dataset):
-    """The summarizer model of a dataset, or None when summarization is off for it."""
-    if not summarizes(dataset):
+    """The summarizer model of a dataset, or None when summarization is off for it (or nothing is judged
+    by a model: with no judge models there is nothing to summarize for)."""
+    if not summarizes(dataset) or not judge_models():
         return None
     return config["judging"]["summarizer"] or judge_models()[0]
 
@@ -237,7 +265,7 @@ def judge_inputs(wildcards):
     inputs = {
         "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
         "topics": f"results/data/{wildcards.dataset}/topics.tsv",
-        "template": config["judging"]["prompt"],
+        "template": judge_template(),
     }
     if _judging.is_retrieved(wildcards.source):
         inputs["personas"] = (
@@ -332,6 +360,31 @@ def domain_embedding(wildcards):
     return None if dataset_entry(wildcards.dataset)["domains"] else config["embedding"]
 
 
+def domain_agreement_datasets():
+    """Datasets whose user-given domains file is compared with the automatic assignment (needs a taxonomy)."""
+    if not config["personas"]["domain_agreement"]:
+        return []
+    if not Path(config["personas"]["taxonomy"]).is_file():
+        return []
+    return [d for d in judging_datasets() if dataset_entry(d)["domains"]]
+
+
+def domain_agreement_outputs():
+    if not domain_agreement_datasets():
+        return []
+    return [
+        *(
+            f"results/data/{d}/domain_agreement.json"
+            for d in domain_agreement_datasets()
+        ),
+        *(
+            f"results/tables/{name}.{ext}"
+            for name in ("domain_agreement", "domain_confusion")
+            for ext in ("csv", "md", "tex")
+        ),
+    ]
+
+
 def persona_source(name):
     return config["personas"]["sources"][name]
 
@@ -358,12 +411,13 @@ ANALYSIS_TABLES = {
     "kappa": ["kappa_agreement"],
     "win_rate": ["table3_win_rate", "table3_significance"],
     "label_shift": ["label_shift"],
-    "ranking": ["table4_ranking_agreement"],
+    "ranking": ["table4_ranking_agreement", "table4_ranking_agreement_paper"],
     "displacement": ["table5_rank_displacement"],
     "displacement_ci": ["table6_displacement_ci"],
-    "sensitive": ["table7_sensitive_systems"],
+    "sensitive": ["table7_sensitive_systems", "table7_sensitive_systems_paper"],
     "direction": ["direction_consistency", "direction_consistency_counts"],
     "sources": ["persona_sources"],
+    "vs_paper": ["vs_paper", "vs_paper_summary"],
 }
 ANALYSIS_FIGURES = ["figure1_kappa_heatmap", "label_shift", "figure2_ndcg_scatter"]
 
@@ -428,6 +482,7 @@ def analysis_outputs():
     tables = [
         path for family in ANALYSIS_TABLES for path in analysis_table_files(family)
     ]
+    tables += domain_agreement_outputs()
     return tables + [
         f"results/figures/{name}.{ext}"
         for name in ANALYSIS_FIGURES
@@ -611,7 +666,7 @@ def cost_inputs(wildcards):
     Not the summaries: building them costs money, so the estimate reads them only if a run wrote them.
     """
     inputs = {
-        "judge_template": config["judging"]["prompt"],
+        "judge_template": judge_template(),
         "summary_template": config["judging"]["summary_prompt"],
     }
     for dataset in cost_judging_datasets():

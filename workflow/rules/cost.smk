@@ -20,6 +20,7 @@ rule cost_estimate:
         models=config["models"],
         judging=config["judging"],
         fixed_personas=config["personas"]["fixed"],
+        deliveries=config["personas"]["delivery"],
         persona_sources=cost_persona_sources(),
         summarizers={d: summarizer(d) for d in cost_judging_datasets()},
         summaries={

@@ -3,6 +3,28 @@
 # Input functions live in common.smk under "-- judging --".
 
 
+# A published judge template (judging.prompt is a URL): fetched once, on the submitting host (compute nodes
+# are often offline), and refused unless its sha256 is the configured one.
+if _fetch.is_url(config["judging"]["prompt"]):
+
+    rule fetch_prompt:
+        output:
+            judge_template(),
+        log:
+            "results/logs/prompts/fetch_judge_template.log",
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        resources:
+            **config["resources"]["small"],
+        params:
+            url=config["judging"]["prompt"],
+            sha256=config["judging"]["prompt_sha256"],
+            config_key="judging.prompt",
+        script:
+            "../../scripts/fetch_prompt.py"
+
+
 rule summarize:
     input:
         unpack(summary_inputs),
@@ -59,6 +81,8 @@ rule judge:
         max_tokens=config["judging"]["judge_max_tokens"],
         logprobs=config["judging"]["logprobs"],
         prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
+        delivery=fixed_delivery,
+        system_message=config["judging"]["system_message"],
     script:
         "../../scripts/judge.py"
 
@@ -81,6 +105,8 @@ rule judge_qrels:
         "../../envs/analysis.yaml"
     resources:
         **config["resources"]["small"],
+    params:
+        unparsed=config["judging"]["unparsed"],
     script:
         "../../scripts/write_qrels.py"
 

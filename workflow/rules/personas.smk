@@ -46,5 +46,50 @@ rule select_personas:
     params:
         candidates=config["personas"]["candidates"],
         embedding=config["embedding"],
+        orthogonal=config["personas"]["orthogonal"],
     script:
         "../../scripts/select_personas.py"
+
+
+# Only for datasets with a query->domain file (and a taxonomy to assign from): one job embeds every dataset's
+# queries with one model load.
+rule domain_agreement:
+    input:
+        topics=[f"results/data/{d}/topics.tsv" for d in domain_agreement_datasets()],
+        mappings=[dataset_entry(d)["domains"] for d in domain_agreement_datasets()],
+        taxonomy=config["personas"]["taxonomy"],
+    output:
+        json=[
+            f"results/data/{d}/domain_agreement.json"
+            for d in domain_agreement_datasets()
+        ],
+        table=report(
+            "results/tables/domain_agreement.csv",
+            caption="../report/domain_agreement.rst",
+            category="Persona study",
+            subcategory="Persona sources",
+        ),
+        table_md="results/tables/domain_agreement.md",
+        table_tex="results/tables/domain_agreement.tex",
+        confusion=report(
+            "results/tables/domain_confusion.csv",
+            caption="../report/domain_confusion.rst",
+            category="Persona study",
+            subcategory="Persona sources",
+        ),
+        confusion_md="results/tables/domain_confusion.md",
+        confusion_tex="results/tables/domain_confusion.tex",
+    log:
+        "results/logs/personas/domain_agreement.log",
+    benchmark:
+        "results/benchmarks/personas/domain_agreement.tsv"
+    conda:
+        "../../envs/data.yaml"
+    threads: 2
+    resources:
+        **config["resources"]["embedding"],
+    params:
+        datasets=domain_agreement_datasets(),
+        embedding=config["embedding"],
+    script:
+        "../../scripts/domain_agreement.py"

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytrec_eval
 
-from stressprobe.datasets import Qrels, Run, read_listed_runs, read_qrels, read_topics
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_tsv_lines
+from stressprobe.persona.data import Qrels, Run, read_listed_runs, read_qrels, read_topics
 
 MEASURE = "ndcg_cut_10"
 ALL = "all"

@@ -2,7 +2,7 @@
 
 Frames are tidy (one row per observation) with the columns `dataset, model, condition` as pandas
 categoricals in config order, so every table lists datasets, models and conditions as the config does.
-The statistics themselves live in `stressprobe.metrics`.
+The statistics themselves live in `stressprobe.persona.metrics`.
 """
 
 from __future__ import annotations
@@ -15,23 +15,39 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stressprobe import metrics, plots, tables
-from stressprobe.datasets import Qrels, read_qrels, read_run_metadata, read_topics
+from stressprobe import plots, tables
 from stressprobe.errors import StressprobeError
-from stressprobe.evaluation import MEASURE, read_ndcg_table
 from stressprobe.io import atomic_write, read_jsonl
-from stressprobe.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
+from stressprobe.persona import metrics
+from stressprobe.persona.data import Qrels, read_qrels, read_run_metadata, read_topics
+from stressprobe.persona.evaluation import MEASURE, read_ndcg_table
+from stressprobe.persona.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
 
 BASELINE = CONDITIONS[0]
 SHIFTS = tuple(range(-3, 4))
 _CELL = ["dataset", "model", "condition"]
+#: The paper's column order of Tables 3 and 4 (by source, then role; the fixed roles; UMBRELA last) and its
+#: row order of Table 5 (by role, PersonaHub before USPersona). Only the paper-layout tables use them.
+PAPER_COLUMN_ORDER = (*CONDITIONS[3:], *CONDITIONS[1:3], BASELINE)
+PAPER_TABLE5_ORDER = (
+    *(c for role in ("query", "domain", "orthogonal") for c in CONDITIONS[3:] if c.endswith("/" + role)),
+    *CONDITIONS[1:3],
+)
+
+
+def in_paper_order(conditions, paper_order: Sequence[str] = PAPER_COLUMN_ORDER) -> list[str]:
+    """`conditions` in the paper's order; any the paper does not list keep their order, after them."""
+    conditions = [str(c) for c in conditions]
+    return [c for c in paper_order if c in conditions] + [c for c in conditions if c not in paper_order]
 
 
 # ---- reading the judging stage's files ----
 
 
-def read_judgments(path: str | Path) -> pd.DataFrame:
+def read_judgments(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
     """A judgments file (one JSON object per line) → `qid, docid, label` (label NaN = null, i.e. unparsed).
+
+    With `unparsed` "zero" (`judging.unparsed`) an unparsed answer reads as grade 0, as in the cell's qrels.
 
     The file is parsed in one call for speed (tens of thousands of lines per cell); when that fails,
     it is read again line by line so that the error names the offending line.
@@ -52,6 +68,9 @@ def read_judgments(path: str | Path) -> pd.DataFrame:
             )
     frame = pd.DataFrame.from_records(records, columns=["qid", "docid", "label"])
     frame = frame.astype({"qid": str, "docid": str, "label": float})
+    if unparsed == "zero":
+        graded = [record.get("status") == "unparsed" for record in records]
+        frame.loc[graded, "label"] = 0.0
     bad = frame["label"].notna() & ~frame["label"].isin(metrics.GRADES)
     if bad.any():
         number = int(bad.to_numpy().argmax()) + 1
@@ -68,10 +87,10 @@ def qrels_frame(qrels: Qrels) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["qid", "docid", "label"])
 
 
-def read_labels(path: str | Path) -> pd.DataFrame:
+def read_labels(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
     """Labels of one judging cell: a judgments `.jsonl`, or TREC qrels (external judges come as qrels)."""
     if str(path).endswith(".jsonl"):
-        return read_judgments(path)
+        return read_judgments(path, unparsed)
     return qrels_frame(read_qrels(path, allow_empty=True))
 
 
@@ -265,6 +284,25 @@ def win_rate_wide_table(significance: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index()
 
 
+def win_rate_side_by_side_table(significance: pd.DataFrame) -> pd.DataFrame:
+    """Table 3 as the paper lays it out: one row per dataset × model; per condition, W% and Δ̄ side by side.
+
+    Columns `<condition> W%` and `<condition> Δ̄`, conditions in the paper's order (PersonaHub, USPersona,
+    Evidence, GAP); a condition without a value for any row of the table is left out.
+    """
+    index = ["dataset", "model"]
+    parts = {
+        metric: significance.pivot_table(index=index, columns="condition", values=metric, observed=True)
+        for metric in ("W%", "Δ̄")
+    }
+    conditions = in_paper_order(parts["W%"].columns)
+    wide = pd.DataFrame(index=parts["W%"].index)
+    for condition in conditions:
+        for metric in ("W%", "Δ̄"):
+            wide[f"{condition} {metric}"] = parts[metric][condition]
+    return wide.reset_index()
+
+
 def label_shift_table(shift: pd.DataFrame, by: Sequence[str] = tuple(_CELL)) -> pd.DataFrame:
     """Share (%) of pairs moved by each of −3…+3 grades vs UMBRELA, plus stricter / more lenient totals.
 
@@ -376,6 +414,9 @@ def displacement_by_condition_table(displacement: pd.DataFrame) -> pd.DataFrame:
         affected=("affected", "mean"),
         mean_ndcg=("mean_ndcg", "mean"),
     )
+    # |mean ΔnDCG@10|: the size of the mean signed shift; the paper's Table 5 values fit this one
+    # (RAG24 PersonaHub-Domain: 0.000 with a mean |Δr| of 1.96, impossible for a mean of absolute shifts).
+    table["abs_mean_ndcg"] = table["mean_ndcg"].abs()
     return table.reset_index().rename(
         columns={
             "mean_abs_rank": "mean |Δr|",
@@ -383,6 +424,7 @@ def displacement_by_condition_table(displacement: pd.DataFrame) -> pd.DataFrame:
             "mean_abs_ndcg": "mean |ΔnDCG@10|",
             "affected": "affected systems",
             "mean_ndcg": "mean ΔnDCG@10",
+            "abs_mean_ndcg": "|mean ΔnDCG@10|",
         }
     )
 
@@ -419,7 +461,33 @@ def displacement_ci_table(
                 "max |Δr|": block["max_abs_rank"].max(),
             }
         )
-    return pd.DataFrame(rows)
+    return sort_within_datasets(pd.DataFrame(rows), "mean |Δr|")
+
+
+def sort_within_datasets(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Rows grouped by dataset (config order), largest `column` first within each (the paper's Table 6)."""
+    if table.empty:
+        return table
+    order = np.lexsort((-table[column].to_numpy(float), _positions(table["dataset"])))
+    return table.iloc[order].reset_index(drop=True)
+
+
+def _positions(values: pd.Series) -> np.ndarray:
+    """Sort keys of a column in config order (its categories), else in order of first appearance."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return np.asarray(values.cat.codes)
+    return pd.factorize(values)[0]
+
+
+def best_in_datasets(table: pd.DataFrame, column: str) -> pd.DataFrame | None:
+    """Mask of the largest `column` within each dataset (the paper's bold in Tables 5 and 6)."""
+    if table.empty:
+        return None
+    mask = pd.DataFrame(False, index=table.index, columns=table.columns)
+    values = table[column].astype(float)
+    best = values.groupby(table["dataset"].astype(str)).transform("max")
+    mask[column] = values.eq(best) & values.notna()
+    return mask
 
 
 def sensitive_systems_table(
@@ -528,6 +596,7 @@ _DECIMALS = {
     "affected systems": 1,
     "mean |ΔnDCG@10|": 4,
     "mean ΔnDCG@10": 4,
+    "|mean ΔnDCG@10|": 4,
     "W% PH": 1,
     "W% US": 1,
     "mean |Δr| PH": 2,
@@ -545,9 +614,10 @@ def write_judgment_frames(
     human_path: str | Path,
     kappa_path: str | Path,
     shift_path: str | Path,
+    unparsed: str = "exclude",
 ) -> None:
     """Per dataset: per-query κ (vs human, vs UMBRELA) and label shift counts of every judged cell."""
-    labels = {tuple(cell): read_labels(path) for cell, path in zip(cells, label_paths, strict=True)}
+    labels = {tuple(cell): read_labels(path, unparsed) for cell, path in zip(cells, label_paths, strict=True)}
     write_frame(dataset_kappa(dataset, labels, read_labels(human_path)), kappa_path)
     write_frame(dataset_label_shift(dataset, labels), shift_path)
 
@@ -585,16 +655,18 @@ def write_kappa_heatmap(
 
 
 def write_win_rate_tables(kappa: pd.DataFrame, alpha: float, wide_stem: str, detail_stem: str) -> None:
-    """Table 3: W% per dataset × model (best per row in bold) and the long table with Δ̄ and the tests."""
+    """Table 3: W% and Δ̄ side by side per condition, a row per dataset × model, the best W% of each row
+    in bold (the paper's layout); and the long table with the tests."""
     detail = win_rate_significance_table(kappa)
     detail = mark_significant(detail, alpha) if not detail.empty else detail
-    wide = win_rate_wide_table(detail) if not detail.empty else detail
-    conditions = [c for c in wide.columns if c not in ("dataset", "model")]
+    wide = win_rate_side_by_side_table(detail) if not detail.empty else detail
+    win_rates = [c for c in wide.columns if str(c).endswith(" W%")]
+    decimals = {c: 1 if c.endswith(" W%") else 3 for c in wide.columns if c not in ("dataset", "model")}
     tables.write_table(
         wide,
         wide_stem,
-        dict.fromkeys(conditions, 1),
-        bold=tables.best_in_rows(wide, conditions) if conditions else None,
+        decimals,
+        bold=tables.best_in_rows(wide, win_rates) if win_rates else None,
     )
     tables.write_table(detail, detail_stem, _DECIMALS)
 
@@ -619,10 +691,20 @@ def write_label_shift_figure(
 def write_ndcg_scatter(
     systems: pd.DataFrame, figure: tuple[str, str], order: Mapping, figure_options: Mapping
 ) -> None:
-    """Figure 2: condition vs human nDCG@10 per run, one panel per (dataset, model)."""
+    """Figure 2: condition vs human nDCG@10 per run; a row per dataset (config order: DL20 on top in the
+    paper's config), a column per judge model."""
     present = set(zip(systems["dataset"].astype(str), systems["model"].astype(str), strict=True))
-    panels = [(d, m) for d in order["dataset"] for m in order["model"] if (d, m) in present]
-    fig = plots.ndcg_scatter(systems, panels, order["condition"], **plots.figure_options(figure_options))
+    datasets = [d for d in order["dataset"] if any((d, m) in present for m in order["model"])]
+    models = [m for m in order["model"] if any((d, m) in present for d in order["dataset"])]
+    options = plots.figure_options(figure_options)
+    fig = plots.ndcg_scatter_grid(
+        systems,
+        datasets,
+        models,
+        order["condition"],
+        width=figure_options.get("figure2_width_in") or options["width"],
+        font_size=options["font_size"],
+    )
     plots.save_figure(fig, *figure, dpi=figure_options["dpi"])
 
 
@@ -632,15 +714,20 @@ def write_ranking_agreement(systems: pd.DataFrame, phi: float, stem: str) -> Non
 
 
 def write_displacement_table(systems: pd.DataFrame, stem: str) -> None:
-    """Table 5: rank and nDCG displacement per dataset × condition."""
-    tables.write_table(displacement_by_condition_table(displacement_frame(systems)), stem, _DECIMALS)
+    """Table 5: rank and nDCG displacement per dataset × condition; the largest mean |Δr| per dataset bold."""
+    table = displacement_by_condition_table(displacement_frame(systems))
+    if not table.empty:  # rows as in the paper: by role, PersonaHub before USPersona, then the fixed roles
+        conditions = table["condition"].astype(str)
+        rank = {c: i for i, c in enumerate(in_paper_order(conditions.unique(), PAPER_TABLE5_ORDER))}
+        order = np.lexsort((conditions.map(rank).to_numpy(), _positions(table["dataset"])))
+        table = table.iloc[order].reset_index(drop=True)
+    tables.write_table(table, stem, _DECIMALS, bold=best_in_datasets(table, "mean |Δr|"))
 
 
 def write_displacement_ci(systems: pd.DataFrame, resamples: int, seed: int, level: float, stem: str) -> None:
-    """Table 6: mean |Δr| per dataset × model with its bootstrap CI over systems."""
-    tables.write_table(
-        displacement_ci_table(displacement_frame(systems), resamples, seed, level), stem, _DECIMALS
-    )
+    """Table 6: mean |Δr| per dataset × model with its bootstrap CI over systems, most sensitive first."""
+    table = displacement_ci_table(displacement_frame(systems), resamples, seed, level)
+    tables.write_table(table, stem, _DECIMALS, bold=best_in_datasets(table, "mean |Δr|"))
 
 
 def write_sensitive_systems(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stressprobe.evaluation import format_ndcg_table
 from stressprobe.io import atomic_write, write_jsonl
-from stressprobe.judging import CONDITIONS, HUMAN
+from stressprobe.persona.evaluation import format_ndcg_table
+from stressprobe.persona.judging import CONDITIONS, HUMAN
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 TINY_CONFIG = ROOT / "tests" / "configs" / "tiny.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

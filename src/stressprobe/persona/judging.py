@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stressprobe.datasets import Qrels
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response, label_distribution
-from stressprobe.prompts import LABELS, judge_prompt, parse_label, render
+from stressprobe.persona.data import Qrels
+from stressprobe.persona.prompts import DELIVERIES, LABELS, JudgeTemplate, judge_messages, parse_label, render
 
 # The nine judging conditions, `source/role`: the plain prompt, two fixed assessor roles, and three roles
 # retrieved per query from each persona pool.
@@ -30,6 +30,9 @@ RETRIEVED_SOURCES = ("personahub", "uspersona")
 HUMAN = "human"  # human qrels are evaluated as model `human`, condition `human/human`
 HUMAN_CONDITION = f"{HUMAN}/{HUMAN}"
 STATUSES = ("ok", "unparsed", "error")
+# What the qrels (and the label analysis) make of an answer without a readable grade: leave the pair out
+# (the project's default), or grade it 0 as UMBRELA's own code does.
+UNPARSED_POLICIES = ("exclude", "zero")
 
 
 class Client(Protocol):
@@ -183,20 +186,38 @@ def judgeable(summaries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]
     return [s for s in summaries if s["status"] != "error"]
 
 
+def persona_delivery(source: str, role: str, deliveries: Mapping[str, str]) -> str:
+    """How a condition's persona reaches the judge: `personas.delivery.{role}` for a fixed persona, the
+    "You are acting as" prefix for the retrieved ones (and irrelevant for the baseline)."""
+    delivery = deliveries.get(role, "prefix") if source == "fixed" else "prefix"
+    if delivery not in DELIVERIES:
+        raise StressprobeError(
+            f"config key 'personas.delivery.{role}': {delivery!r}; use one of {', '.join(DELIVERIES)}"
+        )
+    return delivery
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
-    """How every pair of a judge cell is asked: the template, the answer's token limit, top-k
-    log-probabilities, and the start of the answer for models with `answer_prefill` (else None)."""
+    """How every pair of a judge cell is asked: the template (user message text), the answer's token
+    limit, top-k log-probabilities, the start of the answer for models with `answer_prefill` (else None),
+    the template's system message (None: none is sent) and how the persona is delivered."""
 
     template: str
     max_tokens: int
     logprobs: int = 0
     prefill: str | None = None
+    system: str | None = None
+    delivery: str = "prefix"
 
     def request(self, query: str, text: str, persona: str | None) -> Request:
         """The request of one pair under one condition: greedy (temperature 0)."""
+        system, user = judge_messages(
+            JudgeTemplate(self.template, self.system), query, text, persona, self.delivery
+        )
         return Request.chat(
-            user=judge_prompt(self.template, query, text, persona),
+            system=system,
+            user=user,
             prefill=self.prefill,
             max_tokens=self.max_tokens,
             temperature=0.0,
@@ -282,12 +303,19 @@ def cell_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def judgment_qrels(records: Iterable[Mapping[str, Any]]) -> Qrels:
-    """The parsed judgments as qrels; unparsed and failed pairs are left out (counted in the cell summary)."""
+def judgment_qrels(records: Iterable[Mapping[str, Any]], unparsed: str = "exclude") -> Qrels:
+    """The parsed judgments as qrels; failed pairs are left out (counted in the cell summary), and so are
+    unparsed ones unless `unparsed` is "zero" (then they are graded 0, as UMBRELA's code does)."""
+    if unparsed not in UNPARSED_POLICIES:
+        raise StressprobeError(
+            f"config key 'judging.unparsed': {unparsed!r}; use one of {', '.join(UNPARSED_POLICIES)}"
+        )
     qrels: Qrels = {}
     for record in records:
         if record["status"] == "ok":
             qrels.setdefault(record["qid"], {})[record["docid"]] = record["label"]
+        elif record["status"] == "unparsed" and unparsed == "zero":
+            qrels.setdefault(record["qid"], {})[record["docid"]] = 0
     return qrels
 
 

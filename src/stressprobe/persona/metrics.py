@@ -17,7 +17,7 @@ from scipy import stats
 from statsmodels.stats.inter_rater import cohens_kappa
 from statsmodels.stats.multitest import multipletests
 
-from stressprobe.datasets import GRADES  # one grade scale for qrels, labels and statistics
+from stressprobe.persona.data import GRADES  # one grade scale for qrels, labels and statistics
 
 #: Decimals kept before ranking systems: scores equal up to float summation noise count as ties.
 SCORE_DECIMALS = 12

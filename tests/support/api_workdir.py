@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import helpers
 import yaml
-from helpers import ROOT, run_snakemake, snakemake_command
+
+from tests.support.helpers import ROOT, run_snakemake, snakemake_command, workflow_env
 
 API_CONFIG = ROOT / "tests" / "configs" / "api.yaml"
 KEY_ENV = "STRESSPROBE_TEST_API_KEY"
@@ -139,7 +139,7 @@ def start_workflow(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=helpers.workflow_env(key_env(api_key)),
+        env=workflow_env(key_env(api_key)),
         start_new_session=True,
     )
 

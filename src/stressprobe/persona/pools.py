@@ -28,6 +28,8 @@ USPERSONA_PREFIX = "A persona with the following skills: "
 SKILLS_LIST_FIELD = "skills_and_expertise_list"
 SKILLS_TEXT_FIELD = "skills_and_expertise"
 ROLES = ("query", "domain", "orthogonal")
+# How the orthogonal persona is read: the least similar persona, or the one nearest cosine 0.
+ORTHOGONAL_READINGS = ("least_similar", "nearest_zero")
 
 
 # ---- taxonomy and query domains ---------------------------------------------------------------------
@@ -285,12 +287,20 @@ def ranked_indices(similarities: np.ndarray, k: int, most: bool) -> list[int]:
 
 
 def role_record(
-    qid: str, role: str, similarities: np.ndarray, pool: Sequence[Mapping[str, str]], k: int, most: bool
+    qid: str,
+    role: str,
+    similarities: np.ndarray,
+    pool: Sequence[Mapping[str, str]],
+    k: int,
+    most: bool,
+    order_by: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """One role's selection: the best candidate plus the top-`k` candidates with their similarities."""
+    """One role's selection: the best candidate plus the top-`k` candidates with their similarities
+    (ranked by `order_by` when given, else by the similarities)."""
+    key = similarities if order_by is None else order_by
     candidates = [
         {"pid": pool[i]["pid"], "text": pool[i]["text"], "similarity": round(float(similarities[i]), 6)}
-        for i in ranked_indices(similarities, k, most)
+        for i in ranked_indices(key, k, most)
     ]
     best = candidates[0]
     return {
@@ -311,10 +321,17 @@ def select_personas(
     pool: Sequence[Mapping[str, str]],
     pool_vectors: np.ndarray,
     k: int = 3,
+    orthogonal: str = "least_similar",
 ) -> list[dict[str, Any]]:
     """Per query: `query` = most similar persona to the query, `domain` = most similar to the query's
-    domain, `orthogonal` = least similar to the query. Vectors must be normalised (dot = cosine).
+    domain, `orthogonal` = least similar to the query (`orthogonal="least_similar"`, the project's reading
+    of the paper) or the one whose cosine is nearest 0 (`"nearest_zero"`, orthogonal in the vector sense).
+    Vectors must be normalised (dot = cosine).
     """
+    if orthogonal not in ORTHOGONAL_READINGS:
+        raise StressprobeError(
+            f"config key 'personas.orthogonal': {orthogonal!r}; use one of {', '.join(ORTHOGONAL_READINGS)}"
+        )
     query_similarities = query_vectors @ pool_vectors.T
     domain_similarities = {name: pool_vectors @ vector for name, vector in domain_vectors.items()}
     records = []
@@ -323,5 +340,13 @@ def select_personas(
         records.append(
             role_record(qid, "domain", domain_similarities[query_domains[qid]], pool, k, most=True)
         )
-        records.append(role_record(qid, "orthogonal", query_similarities[i], pool, k, most=False))
+        if orthogonal == "nearest_zero":
+            similarities = query_similarities[i]
+            records.append(
+                role_record(
+                    qid, "orthogonal", similarities, pool, k, most=True, order_by=-np.abs(similarities)
+                )
+            )
+        else:
+            records.append(role_record(qid, "orthogonal", query_similarities[i], pool, k, most=False))
     return records

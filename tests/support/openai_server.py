@@ -2,7 +2,7 @@
 
 Usage::
 
-    from openai_server import OpenAIServer
+    from tests.support.openai_server import OpenAIServer
 
     with OpenAIServer(latency=0.1, faults={"rate_limit": 0.2, "timeout": 0.05}, seed=1) as server:
         models = {"m": {"backend": "openai", "model": "test-model", "base_url": server.base_url,

@@ -1,0 +1,1 @@
+"""The persona-conditioned judging study: data, persona pools, prompts, judging, evaluation, metrics, analysis."""

@@ -1,0 +1,193 @@
+"""The published values file and the vs_paper scorecard: the shipped file's transcription checks, one-line
+errors for bad lines, and a run's values beside a test-written values file, cell by cell."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from stressprobe.errors import StressprobeError
+from stressprobe.persona import analysis, metrics, vs_paper
+from tests.support.helpers import ROOT
+from tests.test_analysis import DELTA, systems_frame
+from tests.test_metrics import tau_b_by_definition
+from tests.test_paper_layouts import kappa_frame
+
+SHIPPED = ROOT / "resources" / "paper" / "persona_values.tsv"
+HEADER = "\t".join(vs_paper.COLUMNS)
+
+
+def test_shipped_values_read_and_cover_tables_3_to_7():
+    values = vs_paper.read_paper_values(SHIPPED)
+    # F1: 2 datasets × 6 models × 9 rows; T3: 2 × 6 × 8 conditions × 2; T4: 2 × 2 metrics × 6 × 9;
+    # T5: 2 × 8 × 3; T6: 2 × 6 × 2; T7: 2 × 4.
+    counts = values.groupby("table").size().to_dict()
+    assert counts == {"figure1": 108, "table3": 192, "table4": 216, "table5": 48, "table6": 24, "table7": 8}
+    sources = {f"arXiv:2608.10385v1 Table {n}" for n in range(3, 8)} | {"arXiv:2608.10385v1 Figure 1"}
+    assert set(values["source"]) == sources
+    human = values[values["metric"] == "kappa_human"]
+    assert set(human["condition"]) == {"baseline/umbrela"} and len(human) == 12
+
+
+def test_shipped_values_pass_the_transcription_checks():
+    values = vs_paper.read_paper_values(SHIPPED)
+    # W% is a share of the dataset's queries (DL20: 54, RAG24: 86), printed to one decimal.
+    w = values[values["metric"] == "win_rate"]
+    for dataset, queries in (("dl20", 54), ("rag24", 86)):
+        wins = w.loc[w["dataset"] == dataset, "value"].to_numpy() * queries / 100
+        assert np.abs(wins - np.rint(wins)).max() < 0.05 * queries / 100 + 1e-9, dataset
+    t6 = values[(values["table"] == "table6") & (values["metric"] == "mean_abs_rank")]
+    assert len(t6) == 12 and ((t6["ci_low"] <= t6["value"]) & (t6["value"] <= t6["ci_high"])).all()
+    cells = values.set_index(["table", "dataset", "condition", "metric"])["value"]
+    # The cell quoted in issue 12: RAG24 PersonaHub-Domain, 0.000 with mean |Δr| 1.96.
+    assert cells[("table5", "rag24", "personahub/domain", "abs_mean_ndcg")] == 0.0
+    assert cells[("table5", "rag24", "personahub/domain", "mean_abs_rank")] == 1.96
+    t4 = values[values["table"] == "table4"]
+    assert t4["value"].between(0, 1).all()
+    assert values.loc[values["table"] == "figure1", "value"].between(0, 1).all()
+
+
+def test_paper_config_lists_the_representative_systems_of_the_published_table7():
+    values = vs_paper.read_paper_values(SHIPPED)
+    published = values[values["table"] == "table7"].drop_duplicates("dataset").set_index("dataset")["systems"]
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    configured = config["analysis"]["representative_systems"]
+    assert {d: " ".join(entries) for d, entries in configured.items()} == published.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("table9\td\tm\tc\t\twin_rate\t1\t\t\ts", "table 'table9' is not one of"),
+        ("table3\td\tm\tc\t\ttau\t1\t\t\ts", "metric 'tau' is not one of table3's"),
+        ("table3\td\t\tc\t\twin_rate\t1\t\t\ts", "table3 needs the 'model' field"),
+        ("table5\td\tm\tc\t\tmean_abs_rank\t1\t\t\ts", "table5 leaves blank the 'model' field"),
+        ("table3\td\tm\tc\t\twin_rate\tabc\t\t\ts", "value 'abc' is not a number"),
+        ("table6\td\tm\t\t\tmean_abs_rank\t1\t0.5\t\ts", "give both ci_low and ci_high"),
+        ("table3\td\tm\tc\t\twin_rate\t1\t\ts", "expected 10 tab-separated fields, got 9"),
+        ("table3\td\tm\tc\t\twin_rate\t2\t\t\ts", "the same cell as line 3"),
+    ],
+)
+def test_bad_lines_are_one_line_errors_naming_the_line(tmp_path, line, expected):
+    path = tmp_path / "values.tsv"
+    path.write_text(f"# comment\n{HEADER}\ntable3\td\tm\tc\t\twin_rate\t1\t\t\ts\n{line}\n")
+    with pytest.raises(StressprobeError, match=expected) as info:
+        vs_paper.read_paper_values(path)
+    assert f"{path}:4:" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_missing_header_is_an_error(tmp_path):
+    path = tmp_path / "values.tsv"
+    path.write_text("table3\td\tm\tc\t\twin_rate\t1\t\t\ts\n")
+    with pytest.raises(StressprobeError, match=":1: expected the header"):
+        vs_paper.read_paper_values(path)
+
+
+def write_values(path, rows):
+    path.write_text(HEADER + "\n" + "".join("\t".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def test_vs_paper_sets_the_run_beside_each_published_cell(tmp_path):
+    systems, scores = systems_frame()
+    kappa = kappa_frame()
+    against_umbrela = [
+        ("d", "m1", "fixed/gap", "umbrela", f"q{i}", 3, k) for i, k in enumerate((0.2, 0.4, 0.6))
+    ]
+    kappa = analysis.categorize(
+        pd.concat([kappa, pd.DataFrame(against_umbrela, columns=kappa.columns)], ignore_index=True),
+        {
+            "dataset": ["d"],
+            "model": ["m1", "m2"],
+            "condition": ["baseline/umbrela", "fixed/evidence", "fixed/gap"],
+        },
+    )
+    # Run names d, m1 appear in the file as dl20, gpt-4o (analysis.vs_paper.names).
+    names = {"d": "dl20", "m1": "gpt-4o"}
+    values = write_values(
+        tmp_path / "values.tsv",
+        [
+            ("figure1", "dl20", "gpt-4o", "fixed/gap", "", "kappa_umbrela", 0.5, "", "", "f1"),
+            ("table3", "dl20", "gpt-4o", "fixed/evidence", "", "win_rate", 90.0, "", "", "t3"),
+            ("table3", "dl20", "gpt-4o", "fixed/evidence", "", "mean_shift", 0.05, "", "", "t3"),
+            ("table4", "dl20", "gpt-4o", "fixed/gap", "", "tau", 0.5, "", "", "t4"),
+            ("table5", "dl20", "", "fixed/gap", "", "abs_mean_ndcg", 0.0, "", "", "t5"),
+            ("table6", "dl20", "gpt-4o", "", "", "mean_abs_rank", 1.2, 0.9, 1.5, "t6"),
+            ("table6", "dl20", "m2", "", "", "max_abs_rank", 3, "", "", "t6"),
+            ("table7", "dl20", "", "", "a b*", "mean_abs_rank_max", 2.0, "", "", "t7"),
+            ("table7", "dl20", "", "", "a b*", "max_abs_rank_min", 1, "", "", "t7"),
+            ("table3", "rag24", "gpt-4o", "fixed/gap", "", "win_rate", 50.0, "", "", "not in the run"),
+            ("table4", "dl20", "gpt-4o", "uspersona/query", "", "rbo", 0.7, "", "", "not in the run"),
+        ],
+    )
+    bootstrap = {"resamples": 300, "seed": 5, "level": 0.95}
+    paper = vs_paper.read_paper_values(values)
+    run = vs_paper.run_values(kappa, systems, 0.9, bootstrap, paper[paper["table"] == "table7"], names)
+    table = vs_paper.vs_paper_table(paper.drop(columns="source"), run)
+    got = table.set_index(["table", "dataset", "model", "condition", "systems", "metric"])
+
+    def cell(*key):
+        return got.loc[key]
+
+    # Figure 1: the mean per-query κ of m1's gap labels with its UMBRELA labels, (0.2 + 0.4 + 0.6) / 3.
+    assert cell("figure1", "dl20", "gpt-4o", "fixed/gap", "", "kappa_umbrela")["difference"] == pytest.approx(
+        0.4 - 0.5
+    )
+    row = cell("table3", "dl20", "gpt-4o", "fixed/evidence", "", "win_rate")
+    assert (row["run"], row["difference"]) == pytest.approx((100.0, 10.0))
+    assert cell("table3", "dl20", "gpt-4o", "fixed/evidence", "", "mean_shift")["run"] == pytest.approx(0.1)
+    human, gap = scores[("human", "human/human")], scores[("m1", "fixed/gap")]
+    runs = sorted(human)
+    tau = tau_b_by_definition([gap[r] for r in runs], [human[r] for r in runs])
+    assert cell("table4", "dl20", "gpt-4o", "fixed/gap", "", "tau")["difference"] == pytest.approx(tau - 0.5)
+    shifts = [
+        scores[(m, "fixed/gap")][r] - scores[(m, "baseline/umbrela")][r] for m in ("m1", "m2") for r in "abcd"
+    ]
+    assert cell("table5", "dl20", "", "fixed/gap", "", "abs_mean_ndcg")["run"] == pytest.approx(
+        abs(np.mean(shifts))
+    )
+    t6 = cell("table6", "dl20", "gpt-4o", "", "", "mean_abs_rank")
+    sensitivity = np.abs(list(DELTA["m1"].values()))
+    low, high = metrics.bootstrap_mean_ci(sensitivity, 300, 5, 0.95)
+    assert (t6["run"], t6["run CI low"], t6["run CI high"]) == pytest.approx((1.0, low, high))
+    assert t6["paper in run CI"] == (low <= 1.2 <= high)
+    assert t6["run in paper CI"] is True  # 1.0 in [0.9, 1.5]
+    assert cell("table6", "dl20", "m2", "", "", "max_abs_rank")["run"] == 1  # m2 is not renamed
+    # Table 7 over a and the family b*: sensitivity a 1.5, b 0.75; max |Δr| a 2, b 1.
+    assert cell("table7", "dl20", "", "", "a b*", "mean_abs_rank_max")["run"] == pytest.approx(1.5)
+    assert cell("table7", "dl20", "", "", "a b*", "max_abs_rank_min")["run"] == 1
+    for key in (
+        ("table3", "rag24", "gpt-4o", "fixed/gap", "", "win_rate"),
+        ("table4", "dl20", "gpt-4o", "uspersona/query", "", "rbo"),
+    ):
+        row = cell(*key)
+        assert math.isnan(row["run"]) and math.isnan(row["difference"]) and row["paper in run CI"] is None
+    assert table["paper"].tolist() == paper["value"].tolist()  # every paper cell, in file order
+
+
+def test_write_vs_paper_writes_the_scorecard_and_its_summary(tmp_path):
+    systems, _ = systems_frame()
+    values = write_values(
+        tmp_path / "values.tsv",
+        [
+            ("table6", "d", "m1", "", "", "mean_abs_rank", 1.2, 0.9, 1.5, "t6"),
+            ("table6", "d", "m2", "", "", "mean_abs_rank", 0.4, "", "", "t6"),
+            ("table6", "x", "m2", "", "", "mean_abs_rank", 0.4, "", "", "t6"),
+        ],
+    )
+    bootstrap = {"resamples": 200, "seed": 1, "level": 0.95}
+    vs_paper.write_vs_paper(
+        values, kappa_frame(), systems, 0.9, bootstrap, {}, str(tmp_path / "vs"), str(tmp_path / "sum")
+    )
+    table = pd.read_csv(tmp_path / "vs.csv", keep_default_na=False)
+    assert table["source"].tolist() == ["t6", "t6", "t6"]
+    assert table["run"].tolist()[2] == ""  # dataset x is not in the run
+    summary = pd.read_csv(tmp_path / "sum.csv").iloc[0]
+    assert (summary["paper cells"], summary["covered"], summary["with run CI"]) == (3, 2, 2)
+    assert summary["mean |difference|"] == pytest.approx((0.2 + 0.1) / 2)
+    for ext in ("md", "tex"):
+        assert (tmp_path / f"vs.{ext}").stat().st_size > 0
