@@ -14,6 +14,7 @@ from stressprobe.cdv.search_report import (
     depth_counts,
     depth_figure,
     perturbable_sets,
+    search_quality_columns,
     value_ablation_table,
 )
 from stressprobe.io import write_jsonl
@@ -121,3 +122,11 @@ def test_accuracy_with_the_originals_the_victim_already_fails(tmp_path):
     # Perturbed q1 (wrong) and q2 (right), plus q3's original (wrong): 1 of 3.
     assert row["n_perturbed_with_originals"] == 3
     assert row["acc_perturbed_with_originals"] == pytest.approx(1 / 3)
+
+
+def test_search_columns_show_the_audit_only_when_it_ran():
+    base = {"questions": 4, "flagged_original_fails": 1, "questions_with_success": 2}
+    assert search_quality_columns({**base, "greedy_audit": {}})["greedy_audit_right"] is None
+    assert search_quality_columns({**base, "greedy_audit": {"wrong": 2}})["greedy_audit_right"] == 0
+    columns = search_quality_columns({**base, "questions_with_success_with_originals": 3})
+    assert columns["success_rate"] == 2 / 3 and columns["success_rate_with_originals"] == 3 / 4

@@ -53,7 +53,8 @@ def search_quality_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
         "unparsed_nodes": summary.get("unparsed_nodes"),
         "reprompts": summary.get("reprompts"),
         "call_cap_hit": summary.get("call_cap_hit"),
-        "greedy_audit_right": audit.get("right") if audit else None,
+        # Blank when the audit did not run (or audited no success), a count (0 included) when it did.
+        "greedy_audit_right": audit.get("right", 0) if audit else None,
     }
 
 
