@@ -1,9 +1,11 @@
 """CDV search: model requests per expansion vs the reference design's 2 + 2n per child.
 
 The study's public code makes, per child, one proxy generation, one semantic check, and n victim calls each
-followed by an answer-extraction call: 2 + 2n requests (and 2n for a root). This search sends one proxy
-request, one semantic check (skipped when the length bound fails), ONE victim request with `n` samples,
-and a greedy confirmation only for children with r = 0. Both counts are taken on the same search tree.
+followed by an answer-extraction call: 2 + 2n requests (and 2n for a root), and 2 more per re-prompt of a
+rejected child. This search sends one proxy request, one semantic check (skipped when the length bound
+fails) per try, and ONE victim request with `n` samples (plus, with the opt-in greedy audit, one greedy
+request per success). Both counts are taken on the same search tree, grown under the authors' code limits
+(10 expansions per question) so that the tree matches the earlier measurements.
 
     python -m bench.bench_cdv                      # scripted victim (rule-based, no model)
     python -m bench.bench_cdv --model smollm2-135m # the local model (slow: 2 questions, fresh cache)
@@ -54,7 +56,8 @@ def reference_requests(records, samples: int) -> int:
     """Requests the reference design makes for the same tree: 2 + 2n per child, 2n per root."""
     roots = sum(1 for r in records if r["depth"] == 0 and r["success_rate"] is not None)
     children = sum(1 for r in records if r["depth"] > 0)
-    return roots * 2 * samples + children * (2 + 2 * samples)
+    reprompts = sum(max(0, len(r.get("attempts") or []) - 1) for r in records)
+    return roots * 2 * samples + children * (2 + 2 * samples) + 2 * reprompts
 
 
 def main() -> int:
@@ -72,7 +75,11 @@ def main() -> int:
             q["choices"].insert(0, q["choices"].pop(q["answer_index"]))
             q["answer_index"] = 0
     settings = SearchSettings(
-        samples=args.samples, max_expansions=10, victim_max_tokens=64, proxy_max_tokens=64
+        samples=args.samples,
+        limits="authors_code",
+        max_expansions=10,
+        victim_max_tokens=64,
+        proxy_max_tokens=64,
     )
     start = time.perf_counter()
     if args.model is None:

@@ -2,6 +2,7 @@
 
 from stressprobe.cdv import cell_of
 from stressprobe.cdv.dpo import preference_pairs, split_pairs
+from stressprobe.cdv.search import wrong_answer
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.snakemake_io import run_script
 
@@ -13,7 +14,8 @@ def main(smk):
         evals_by_cell.setdefault(tuple(cell_of(path, 2).values()), []).extend(read_jsonl(path))
     for perturbed_path, search_path in zip(smk.input.perturbed, smk.input.searches, strict=True):
         cell = cell_of(perturbed_path, 1)
-        greedy = {r["node_id"]: r["greedy_raw"] for r in read_jsonl(search_path) if r["status"] == "success"}
+        # A success's wrong answer: the audit's greedy one when it was wrong, else a sampled one.
+        greedy = {r["node_id"]: wrong_answer(r) for r in read_jsonl(search_path) if r["status"] == "success"}
         pairs += preference_pairs(
             cell["dataset"], read_jsonl(perturbed_path), evals_by_cell.get(tuple(cell.values()), []), greedy
         )

@@ -22,6 +22,7 @@ def main(smk):
             smk.params.seed,
             smk.params.mitigation,
             smk.params.prefill,
+            smk.params.temperature,
         )
         write_merged_usage(clients, smk.output.usage)
     write_jsonl(smk.output.records, records)

@@ -38,6 +38,7 @@ def main(smk):
                     smk.params.seed,
                     mitigated,
                     smk.params.prefill,
+                    smk.params.temperature,
                 )
                 write_merged_usage(clients, usage_path)
                 write_jsonl(records_path, records)

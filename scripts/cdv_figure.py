@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from stressprobe.cdv import report
+from stressprobe.cdv import report, search_report
 from stressprobe.errors import StressprobeError
 from stressprobe.plots import save_figure
 from stressprobe.snakemake_io import run_script
@@ -13,12 +13,14 @@ def main(smk):
     builders = {
         "cdv_matrix": lambda: report.matrix_figure(smk.input.evals),
         "cdv_distribution": lambda: report.distribution_figure(smk.input.searches),
+        "cdv_agreement": lambda: search_report.agreement_figure(smk.input.searches, smk.params.figure),
+        "cdv_depth": lambda: search_report.depth_figure(smk.input.searches, smk.params.figure),
     }
     if name not in builders:
         raise StressprobeError(
             f"{Path(smk.output.png).name}: unknown CDV figure; known: {', '.join(builders)}"
         )
-    save_figure(builders[name](), smk.output.png, smk.output.pdf, dpi=150)
+    save_figure(builders[name](), smk.output.png, smk.output.pdf, dpi=smk.params.figure["dpi"])
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -25,6 +25,8 @@ def main(smk):
         classifier_threshold=smk.params.classifier_threshold,
         seed=smk.params.seed,
         victim_prefill=smk.params.victim_prefill,
+        eval_temperature=smk.params.eval_temperature,
+        value=smk.params.value,
     )
     roles = dict(smk.params.roles)
     with role_clients(smk.params.models, roles, cache_path(smk)) as clients:
@@ -36,7 +38,12 @@ def main(smk):
     records = search_records(states)
     # As billed: a `batch: true` model costs the batch price.
     prices = {role: effective_price(smk.params.models[name]) for role, name in roles.items()}
-    summary = {**roles, "dataset": smk.wildcards.dataset, **summarize_search(records, prices)}
+    summary = {
+        **roles,
+        "dataset": smk.wildcards.dataset,
+        "value": smk.params.value,
+        **summarize_search(records, prices),
+    }
     log.info(
         "search: %d questions, %d successful perturbations",
         summary["questions"],

@@ -1,5 +1,6 @@
 """The cost estimate: calls, tokens and dollars each cell still needs (cached calls are free)."""
 
+import dataclasses
 from pathlib import Path
 
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
@@ -48,6 +49,12 @@ def main(smk):
         dataset, roles = cell["dataset"], cell["roles"]
         questions = read_jsonl(smk.input[f"cdv_{dataset}"])
         rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
+        # The value-function ablation searches the cell once more per variant, with the same bound.
+        for variant in smk.params.cdv["value_variants"]:
+            rows += [
+                dataclasses.replace(row, cell=f"{row.cell} [{variant}]")
+                for row in cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
+            ]
         name = f"{roles['proxy']}/{roles['victim']}"
         rows += cdv_eval_bounds(
             dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models

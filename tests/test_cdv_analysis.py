@@ -1,6 +1,7 @@
 """CDV evaluation, baselines, classifier, DPO export and the success audit, on scripted models."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 
@@ -22,11 +23,12 @@ from stressprobe.cdv.search import (
     perturbed_records,
     run_search,
     search_records,
+    wrong_answer,
 )
 from stressprobe.llm import Response
 from tests.support.cdv_scripted import ScriptedModel, make_item
 
-SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
+SETTINGS = SearchSettings(samples=3, limits="authors_code", max_expansions=2, max_candidates=None)
 
 
 def searched(model, items):
@@ -40,10 +42,25 @@ def test_audit_passes_for_consistent_victim_and_fails_when_greedy_disagrees():
     _, records = searched(model, items)
     assert any(r["status"] == "success" for r in records)
     assert audit_successes(records, items, model, SETTINGS) == []
-    # A victim that now answers every question right at temperature 0: the audit must report every success.
+    # A victim that now answers every question right greedily: the audit must report every success.
     honest = ScriptedModel(correct=lambda contexts, q: 3, greedy_correct=lambda c, q: True)
     failures = audit_successes(records, items, honest, SETTINGS)
     assert {f["node_id"] for f in failures} == {r["node_id"] for r in records if r["status"] == "success"}
+
+
+def test_audit_after_the_search_reports_what_the_in_search_audit_recorded():
+    # Greedy answers right on the questions of q1 only: under the paper's rule those are successes too.
+    model = ScriptedModel(
+        correct=lambda contexts, q: 0 if "C" in contexts else 3, greedy_correct=lambda c, q: "q1" in q
+    )
+    items = [make_item("q1"), make_item("q2")]
+    settings = replace(SETTINGS, greedy_audit=True)
+    states = run_search(items, {"proxy": model, "semantic": model, "victim": model}, settings)
+    records = search_records(states)
+    right = {r["node_id"] for r in records if r["greedy_audit"] == "right"}
+    assert right and all(r["qid"] == "q1" for r in records if r["node_id"] in right)
+    assert {r["status"] for r in records if r["node_id"] in right} == {"success"}
+    assert {f["node_id"] for f in audit_successes(records, items, model, settings)} == right
 
 
 def test_evaluate_counts_unparsed_and_errors_as_wrong():
@@ -56,6 +73,8 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
                     out.append(Response.failure("down"))
                 elif "vague" in text:
                     out.append(Response(texts=["I am not sure."]))
+                elif "long" in text:
+                    out.append(Response(texts=["First, consider"], completion_tokens=r.max_tokens))
                 else:
                     out.append(Response(texts=["So. Answer: A"]))
             return out
@@ -64,6 +83,7 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
         make_item("q1"),
         make_item("q2", question="a vague one?"),
         make_item("q3", question="broken?"),
+        make_item("q4", question="a long one?"),
     ]
     perturbed = [{**questions[0], "node_id": "q1:2", "question": "ctx\n\n" + questions[0]["question"]}]
     baselines = [
@@ -71,11 +91,11 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
         {"qid": "q1", "kind": "prompt_only", "question": None, "status": "unparsed"},
     ]
     items = eval_items(questions, perturbed, baselines)
-    assert [i["condition"] for i in items] == ["original"] * 3 + ["perturbed", "elaborated"]
-    records = evaluate(Replies(), items, 32, 0)
-    assert [r["status"] for r in records[:3]] == ["ok", "unparsed", "error"]
+    assert [i["condition"] for i in items] == ["original"] * 4 + ["perturbed", "elaborated"]
+    records = evaluate(Replies(), items, 32, 0, temperature=0.001)
+    assert [r["status"] for r in records[:4]] == ["ok", "unparsed", "error", "truncated"]
     accuracy = accuracy_by_condition(records)
-    assert accuracy["original"] == {"n": 3, "correct": 1, "unparsed": 2, "accuracy": 1 / 3}
+    assert accuracy["original"] == {"n": 4, "correct": 1, "unparsed": 3, "truncated": 1, "accuracy": 1 / 4}
     assert paired_original_accuracy(records) == 1.0
     mitigated = evaluate(Replies(), items[:1], 32, 0, mitigation=True)
     assert mitigated[0]["mitigation"] is True
@@ -160,7 +180,7 @@ def test_dpo_pairs_are_trl_shaped_and_split_by_question(tmp_path):
     items = [make_item(f"q{i}") for i in range(6)]
     states, records = searched(model, items)
     perturbed = perturbed_records(states)
-    greedy = {r["node_id"]: r["greedy_raw"] for r in records if r["status"] == "success"}
+    greedy = {r["node_id"]: wrong_answer(r) for r in records if r["status"] == "success"}
     pairs = preference_pairs("demo", perturbed, [], greedy)
     assert len(pairs) == len(perturbed)
     train, test = split_pairs(pairs, 0.34, 0)

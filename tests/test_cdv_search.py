@@ -3,6 +3,8 @@
 import math
 from dataclasses import replace
 
+import pytest
+
 from stressprobe.cdv.search import (
     SearchSettings,
     is_monotone,
@@ -12,9 +14,16 @@ from stressprobe.cdv.search import (
     search_records,
     summarize_search,
 )
+from stressprobe.config import validate_config
+from stressprobe.errors import StressprobeError
 from tests.support.cdv_scripted import CONTEXT, ScriptedModel, make_item
+from tests.support.helpers import ROOT
 
-SETTINGS = SearchSettings(samples=5, max_expansions=10, max_candidates=None, monotone_levels=3)
+# The authors'-code limits keep these trees small; the paper's loop (until the queue is empty) has its own tests.
+SETTINGS = SearchSettings(
+    samples=5, limits="authors_code", max_expansions=10, max_candidates=None, monotone_levels=3
+)
+PAPER = SearchSettings()
 
 
 def search(model, items, settings=SETTINGS, perturbability=None):
@@ -186,24 +195,147 @@ def test_rounds_send_one_batch_per_kind_across_questions():
     assert all(len(b) == 3 * 3 for b in proxy_batches)
 
 
-def test_victim_samples_use_n_and_greedy_confirmation_only_for_r0():
+def test_victim_samples_use_n_and_no_greedy_request_without_the_audit():
     model = ScriptedModel(correct=lambda contexts, q: 0 if contexts == ["B"] else 2)
-    search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    records, _ = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
     victim = model.requests_of("victim")
-    sampled = [r for r in victim if r.n == 5]
-    greedy = [r for r in victim if r.n == 1]
-    assert all(r.temperature == SETTINGS.victim_temperature for r in sampled)
-    assert len(sampled) == 4  # root + three children
-    assert len(greedy) == 1 and greedy[0].temperature == 0
+    assert len(victim) == 4  # root + three children, all sampled
+    assert all(r.n == 5 and r.temperature == SETTINGS.victim_temperature for r in victim)
+    assert [r["status"] for r in records if r["depth"] == 1].count("success") == 1
 
 
-def test_greedy_correct_child_is_not_a_success():
+def test_paper_rule_r0_with_a_right_greedy_answer_is_a_success_and_the_audit_only_reports():
+    # Every sample wrong (r = 0) but the greedy answer right: the paper's rule counts the child a success.
     model = ScriptedModel(correct=lambda contexts, q: 0 if contexts else 5, greedy_correct=lambda c, q: True)
-    records, states = search(model, [make_item("q1")], replace(SETTINGS, max_expansions=1))
+    records, _ = search(model, [make_item("q1")], PAPER)
     children = [r for r in records if r["depth"] == 1]
-    assert all(r["status"] != "success" for r in children)
-    assert all(r["success_rate"] == 1 / 6 for r in children)
-    assert states[0].candidates == []
+    assert len(children) == 3 and all(r["status"] == "success" and r["success_rate"] == 0 for r in children)
+    assert all(r["greedy_audit"] is None for r in children)
+    assert [r for r in model.requests_of("victim") if r.n == 1] == []
+    # The opt-in audit asks each success once at the evaluation temperature and changes nothing else.
+    audited = ScriptedModel(
+        correct=lambda contexts, q: 0 if contexts else 5, greedy_correct=lambda c, q: True
+    )
+    with_audit, _ = search(audited, [make_item("q1")], replace(PAPER, greedy_audit=True))
+    greedy = [r for r in audited.requests_of("victim") if r.n == 1]
+    assert len(greedy) == 3 and all(r.temperature == PAPER.eval_temperature == 0.001 for r in greedy)
+    assert [r["greedy_audit"] for r in with_audit if r["depth"] == 1] == ["right"] * 3
+    keys = ("node_id", "status", "success_rate")
+    assert [[r[k] for k in keys] for r in with_audit] == [[r[k] for k in keys] for r in records]
+    summary = summarize_search(with_audit, {})
+    assert summary["greedy_audit"] == {"right": 3} and summary["successful_perturbations"] == 3
+
+
+def test_paper_loop_runs_until_the_queue_is_empty():
+    # r = 0.8 down to depth 3, every depth-4 child right: 1 + 3 + 9 + 27 = 40 expansions, far past the
+    # authors' code's 10, and the search stops only when nothing is left to expand.
+    model = ScriptedModel(correct=lambda contexts, q: 4 if len(contexts) < 4 else 5)
+    records, states = search(model, [make_item("q1")], PAPER)
+    assert states[0].expansions == 40
+    assert states[0].queue == [] and states[0].stop_reason == "queue_empty"
+    assert not any(r["status"] == "queued" for r in records)
+    assert {r["status"] for r in records if r["depth"] == 4} == {"pruned_all_correct"}
+    assert records[0]["stop_reason"] == "queue_empty"
+    assert records[0]["calls"] == sum(len(b) for b in model.batches)
+    # The authors' code limits, as the named option, stop the same tree after 10 expansions.
+    _, limited = search(model, [make_item("q1")], replace(PAPER, limits="authors_code"))
+    assert limited[0].expansions == 10 and limited[0].stop_reason == "max_expansions"
+
+
+def test_call_cap_stops_a_question_and_is_recorded():
+    # r = 0.6 everywhere: no rule ever ends this tree, only the cap does.
+    model = ScriptedModel(correct=lambda contexts, q: 3)
+    cap = 50
+    items = [make_item("q1"), make_item("q2")]
+    records, states = search(model, items, replace(PAPER, max_calls_per_question=cap))
+    for state in states:
+        assert state.stop_reason == "call_cap" and state.queue
+        # Checked before each expansion: the cap is passed by less than one expansion's calls (here 9).
+        assert cap <= state.calls() < cap + PAPER.expansion_calls(4) and PAPER.expansion_calls(4) == 21
+    summary = summarize_search(records, {})
+    assert summary["call_cap_hit"] == 2 and summary["stop_reasons"] == {"call_cap": 2}
+
+
+def test_reprompting_replaces_a_rejected_child_and_logs_every_try():
+    tries: dict[str, int] = {}
+
+    def proxy_text(target, parent):
+        tries[target] = tries.get(target, 0) + 1
+        if target == "B" and tries[target] == 1:
+            return "[ctx B]" + " long" * 400  # too long on the first try only
+        return f"[ctx {target}] try {tries[target]}"
+
+    def semantic_text(user):
+        # C's first try changes the answer; D's context always does.
+        return "yes" if "[ctx C] try 1" in user or "[ctx D]" in user else "no"
+
+    def model():
+        tries.clear()
+        return ScriptedModel(
+            correct=lambda contexts, q: 0 if contexts else 5,
+            proxy_text=proxy_text,
+            semantic_text=semantic_text,
+        )
+
+    victim = model()
+    records, _ = search(victim, [make_item("q1")], replace(PAPER, proxy_tries=3))
+    child = {r["target_option"]: r for r in records if r["depth"] == 1}
+    assert child["B"]["status"] == "success" and child["B"]["added_context"] == "[ctx B] try 2"
+    assert [a["status"] for a in child["B"]["attempts"]] == ["discarded_length", "kept"]
+    assert child["C"]["status"] == "success" and child["C"]["added_context"] == "[ctx C] try 2"
+    assert [a["status"] for a in child["C"]["attempts"]] == ["discarded_semantic", "kept"]
+    assert child["D"]["status"] == "discarded_semantic"
+    assert [a["status"] for a in child["D"]["attempts"]] == ["discarded_semantic"] * 3
+    assert [a["proxy_raw"] for a in child["D"]["attempts"]] == [f"[ctx D] try {i}" for i in (1, 2, 3)]
+    # Each re-prompt is a new request (another seed): a cache cannot hand back the rejected text.
+    assert [r.seed for r in victim.requests_of("proxy")] == [42, 42, 42, 43, 43, 43, 44]
+    assert summarize_search(records, {})["reprompts"] == 1 + 1 + 2
+    # One try only: the rejected children stay rejected.
+    once, _ = search(model(), [make_item("q1")], replace(PAPER, proxy_tries=1))
+    statuses = [r["status"] for r in once if r["depth"] == 1]
+    assert statuses == ["discarded_length", "discarded_semantic", "discarded_semantic"]
+
+
+def test_unparsed_and_truncated_answers_never_make_a_success():
+    def victim_text(contexts, question):
+        return "Reasoning that never ends" if contexts == ["B"] else None  # no answer line
+
+    model = ScriptedModel(correct=lambda contexts, q: 0 if contexts else 5, victim_text=victim_text)
+    records, states = search(model, [make_item("q1")], replace(PAPER, victim_max_tokens=3))
+    child = {r["target_option"]: r for r in records if r["depth"] == 1}
+    # Scripted replies count 3 tokens per sample: with max_tokens 3 every unparsed sample was cut off.
+    assert child["B"]["status"] == "unparsed" and child["B"]["unparsed"] == 5 and child["B"]["truncated"] == 5
+    assert child["C"]["status"] == "success" and child["C"]["unparsed"] == 0
+    assert child["B"]["node_id"] not in {n.node_id for n in states[0].candidates}
+    summary = summarize_search(records, {})
+    assert summary["unparsed_nodes"] == 1 and summary["truncated_answers"] == 5
+    assert summary["unparsed_answers"] == 5 and summary["successful_perturbations"] == 2
+    # With a larger limit the same replies are unparsed, not truncated.
+    records, _ = search(model, [make_item("q1")], replace(PAPER, victim_max_tokens=64))
+    b = next(r for r in records if r["target_option"] == "B")
+    assert b["status"] == "unparsed" and b["unparsed"] == 5 and b["truncated"] == 0
+
+
+def test_value_variants_of_the_ablation():
+    assert node_value(0.4, 2, 2.0, 1.0, "gamma0") == math.exp(2.0 / 0.4)
+    assert node_value(0.4, 2, 2.0, 1.0, "no_r") == 0.5
+    assert node_value(0.2, 2, 2.0, 1.0, "no_r") == node_value(0.8, 2, 2.0, 1.0, "no_r")
+    # Without r the queue no longer prefers the most promising child: expansion order follows creation.
+    rates = {"B": 4, "C": 1, "D": 3}
+
+    def correct(contexts, question):
+        return rates[contexts[-1]] if contexts else 5
+
+    orders = {}
+    for variant in ("paper", "no_r"):
+        records, _ = search(
+            ScriptedModel(correct=correct),
+            [make_item("q1")],
+            replace(SETTINGS, max_expansions=2, monotone_levels=99, value=variant),
+        )
+        second = list(dict.fromkeys(r["parent_id"] for r in records if r["parent_id"]))[1]
+        orders[variant] = next(r["target_option"] for r in records if r["node_id"] == second)
+    assert orders == {"paper": "C", "no_r": "B"}
 
 
 def test_bad_proxy_and_semantic_replies_are_counted_never_successes():
@@ -263,3 +395,19 @@ def test_summary_counts_every_request_sent():
     expected_cost = sum(10 * 1.0 / 1e6 + 3 * r.n * 2.0 / 1e6 for r in victim)
     assert math.isclose(summary["cost_usd"], expected_cost)
     assert summary["successful_perturbations"] == sum(1 for r in records if r["status"] == "success")
+
+
+def test_the_schema_defaults_are_the_papers_search():
+    config = validate_config({}, ROOT / "workflow" / "schemas" / "config.schema.yaml")["cdv"]
+    settings = SearchSettings(**config["search"])  # what the search job builds from its params
+    assert settings == SearchSettings()
+    assert (settings.limits, settings.samples, settings.victim_max_tokens) == ("paper", 5, 1024)
+    assert (settings.proxy_temperature, settings.greedy_audit) == (0.7, False)
+    assert (config["eval"]["temperature"], config["eval"]["max_tokens"]) == (0.001, 1024)
+    assert config["value_variants"] == []
+
+
+def test_bad_search_settings_are_one_line_errors():
+    for bad in ({"limits": "forever"}, {"value": "no_gamma"}, {"proxy_tries": 0}):
+        with pytest.raises(StressprobeError, match=r"^config cdv\."):
+            SearchSettings(**bad)

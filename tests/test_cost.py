@@ -19,6 +19,7 @@ from stressprobe.cost import (
     judging_estimates,
     prompt_tokens,
 )
+from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends import backend_identity, open_backend
 from stressprobe.persona.judging import JudgeSettings, judge_cell, summarize_pairs
@@ -186,8 +187,9 @@ def test_cdv_search_bound_counts_every_allowed_expansion():
         "choices": ["O2", "CO2", "N2", "He"],
         "answer_index": 1,
     }
-    search = {"max_expansions": 2, "samples": 3, "length_ratio_max": 4.0, "victim_max_tokens": 10,
-              "proxy_max_tokens": 20, "semantic_max_tokens": 2}  # fmt: skip
+    search = {"limits": "authors_code", "max_expansions": 2, "samples": 3, "length_ratio_max": 4.0,
+              "victim_max_tokens": 10, "proxy_max_tokens": 20, "semantic_max_tokens": 2, "proxy_tries": 1,
+              "greedy_audit": True}  # fmt: skip
     roles = {"proxy": "api", "semantic": "api", "victim": "local"}
     api = {"backend": "openai", "model": "x", "price": {"prompt_per_1m": 1, "completion_per_1m": 1}}
     models = {"api": api, "local": SMOLLM}
@@ -208,9 +210,30 @@ def test_cdv_search_bound_counts_every_allowed_expansion():
     assert victim.prompt_tokens > rows["(victim)"].prompt_tokens
 
 
+def test_cdv_search_bound_of_the_paper_loop_follows_the_call_cap():
+    question = {
+        "question": "Which gas do plants take in?",
+        "choices": ["O2", "CO2", "N2", "He"],
+        "answer_index": 1,
+    }
+    search = {"limits": "paper", "max_calls_per_question": 100, "proxy_tries": 3, "greedy_audit": False,
+              "samples": 3, "length_ratio_max": 4.0, "victim_max_tokens": 10, "proxy_max_tokens": 20,
+              "semantic_max_tokens": 2}  # fmt: skip
+    roles = {"proxy": "local", "semantic": "local", "victim": "local"}
+    cdv = {"search": search, "answer_prefix": "Answer:"}
+    proxy, semantic, victim = cdv_search_bounds("d", [question], roles, cdv, {"local": SMOLLM})
+    # Each expansion asks at least one proxy call per child (3), and the question stops at 100 calls.
+    children = math.ceil(99 / 3) * 3
+    assert proxy.calls == semantic.calls == children * 3
+    assert victim.calls == 1 + children  # sampled only: no greedy audit
+    with pytest.raises(StressprobeError, match="max_calls_per_question"):
+        cdv_search_bounds("d", [question], roles, {**cdv, "search": {**search, "max_calls_per_question": None}},
+                          {"local": SMOLLM})  # fmt: skip
+
+
 def test_cdv_eval_bound_asks_originals_and_successes():
     question = {"question": "2 + 2?", "choices": ["3", "4"], "answer_index": 1}
-    cdv = {"search": {"max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0},
+    cdv = {"search": {"limits": "authors_code", "max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0},
            "mitigation": {"enabled": True}, "eval": {"max_tokens": 16}, "answer_prefix": "Answer:"}  # fmt: skip
     models = {"local": SMOLLM, "prefilled": {**SMOLLM, "answer_prefill": True}}
     rows = cdv_eval_bounds("d", [question], "p/v", ["local", "prefilled"], cdv, models)

@@ -153,14 +153,17 @@ def test_cdv_cell_completes_under_faults(tmp_path):
     summary = json.loads((cell / "search.summary.json").read_text())
     usage = json.loads((cell / "search.usage.json").read_text())
     assert sum(summary["status_counts"].values()) == summary["nodes"] == len(records)
-    # A proxy call that failed or came back empty discards its child (one proxy request per child); the
-    # server's off-format text is plain prose, which the search cannot tell from context and keeps.
+    # A proxy call that failed or came back empty rejects that try of its child (each try is its own request:
+    # another seed); the server's off-format text is plain prose, which the search cannot tell from context
+    # and keeps. A child is discarded only when its last try was rejected too.
     failed_proxy = sum(
         1
         for body, outcomes in sequences.items()
         if request_kind(body) == "proxy" and outcomes[-1] in RETRYABLE | {"empty"}
     )
-    assert summary["status_counts"].get("discarded_proxy", 0) == failed_proxy
+    tries = [a for r in records for a in r["attempts"]]
+    assert sum(a["status"] == "discarded_proxy" for a in tries) == failed_proxy
+    assert summary["status_counts"].get("discarded_proxy", 0) <= failed_proxy
     assert all(r["status"] == "discarded_proxy" for r in records if r["proxy_raw"] == "")
     # An empty or off-format semantic verdict is "unclear" and discards the child: never a silent pass.
     unclear = [r for r in records if r["semantic_verdict"] == "unclear"]

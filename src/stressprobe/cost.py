@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
+from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
 from stressprobe.llm import Request, answer_prefill
 from stressprobe.llm.backends import backend_identity
@@ -218,8 +219,9 @@ def cdv_search_bounds(
 ) -> list[CellEstimate]:
     """Upper bounds of one search cell's calls per role (proxy, semantic check, victim).
 
-    Per question with k choices: the root's sampled and greedy victim calls, then per expansion (at most
-    `max_expansions`) k - 1 children, each a proxy call, a semantic check and sampled + greedy victim calls.
+    Per question with k choices: the root's sampled victim call, then per expansion (at most
+    `expansion_bound`) k - 1 children, each up to `proxy_tries` proxy calls and semantic checks and a sampled
+    victim call; with the greedy audit, one greedy victim call per node that may succeed.
     """
     search = cdv["search"]
     victim_prefill = answer_prefill(models[roles["victim"]], cdv["answer_prefix"])
@@ -227,7 +229,9 @@ def cdv_search_bounds(
     per_role: dict[str, list[tuple[Request, int]]] = {"proxy": [], "semantic": [], "victim": []}
     for item in questions:
         choices, answer = item["choices"], item["answer_index"]
-        children = search["max_expansions"] * (len(choices) - 1)
+        children = expansion_bound(search, len(choices)) * (len(choices) - 1)
+        tries = search.get("proxy_tries", 3)
+        greedy_calls = 1 if search.get("greedy_audit", False) else 0
         longest = longest_question(item, search["length_ratio_max"])
         target = next(i for i in range(len(choices)) if i != answer)
         per_role["proxy"].append(
@@ -236,7 +240,7 @@ def cdv_search_bounds(
                     messages=proxy_messages(longest, choices, answer, target),
                     max_tokens=search["proxy_max_tokens"],
                 ),
-                children,
+                children * tries,
             )
         )
         per_role["semantic"].append(
@@ -245,14 +249,14 @@ def cdv_search_bounds(
                     messages=semantic_messages(item["question"], longest, choices, answer),
                     max_tokens=search["semantic_max_tokens"],
                 ),
-                children,
+                children * tries,
             )
         )
         for question, times in ((item["question"], 1), (longest, children)):
             messages = victim_messages(question, choices, prefill=victim_prefill)
             sampled = Request(messages=messages, max_tokens=search["victim_max_tokens"], n=search["samples"])
             greedy = Request(messages=messages, max_tokens=search["victim_max_tokens"])
-            per_role["victim"] += [(sampled, times), (greedy, times)]
+            per_role["victim"] += [(sampled, times), (greedy, times * greedy_calls)]
     return [
         bound_row(dataset, f"{cell} ({role})", roles[role], models[roles[role]], requests)
         for role, requests in per_role.items()
@@ -279,8 +283,9 @@ def cdv_eval_bounds(
         prefill = answer_prefill(models[model], cdv["answer_prefix"])
         requests = []
         for item in questions:
-            children = search["max_expansions"] * (len(item["choices"]) - 1)
-            successes = min(search["max_candidates"] or children, children)
+            children = expansion_bound(search, len(item["choices"])) * (len(item["choices"]) - 1)
+            authors_cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
+            successes = min(authors_cap or children, children)
             longest = longest_question(item, search["length_ratio_max"])
             for question, times in ((item["question"], asks), (longest, asks * successes)):
                 messages = victim_messages(question, item["choices"], prefill=prefill)

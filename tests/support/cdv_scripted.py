@@ -2,7 +2,8 @@
 
 The proxy's added context is "[ctx X]" for target option X (or whatever `proxy_text` returns); the victim's
 number of correct samples is `correct(contexts)` where `contexts` lists the target letters of the contexts
-in the question (in order); the greedy answer is correct when `greedy_correct(contexts)` holds. Items in
+in the question (in order); the greedy answer is correct when `greedy_correct(contexts)` holds;
+`victim_text(contexts, question)`, when it returns a string, replaces every victim sample's reply. Items in
 these tests have the correct answer at A.
 """
 
@@ -56,7 +57,9 @@ class ScriptedModel:
         proxy_text: Callable[[str, str], str] = lambda target, parent: f"[ctx {target}]",
         semantic_text: Callable[[str], str] = lambda question: "No",
         fail: Callable[[Request], bool] = lambda request: False,
+        victim_text: Callable[[list[str], str], str | None] = lambda contexts, question: None,
     ):
+        self.victim_text = victim_text
         self.correct = correct
         self.greedy_correct = greedy_correct or (lambda contexts, question: correct(contexts, question) > 0)
         self.proxy_text = proxy_text
@@ -85,7 +88,10 @@ class ScriptedModel:
                 # A prefilled answer ("Answer:") is continued with the letter alone.
                 return f" {letter}" if request.prefill else f"{reasoning} Answer: {letter}"
 
-            if request.n == 1 and request.temperature == 0:
+            override = self.victim_text(contexts, question)
+            if override is not None:
+                texts = [override] * request.n
+            elif request.n == 1 and request.temperature <= 0.001:  # the greedy (audit) request
                 texts = [
                     reply("A", "Thinking.") if self.greedy_correct(contexts, question) else reply("B", "Hmm.")
                 ]

@@ -3,11 +3,15 @@
 # Input functions live in common.smk under "# ---- cdv ----".
 
 CDV_CELL = cdv_cell_dir("{dataset}", "{proxy}", "{victim}")
+# Registry and dataset names have no slash: a cell's search and its value-variant searches (one level
+# below it) can never match each other's paths.
+CDV_NAME_RE = "[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
 wildcard_constraints:
     cdv_table="cdv_[a-z_]+",
     cdv_figure="cdv_[a-z_]+",
+    variant="gamma0|no_r",
 
 
 rule cdv_prepare:
@@ -39,6 +43,10 @@ rule cdv_search:
         "results/logs/cdv/search/{dataset}/{proxy}/{victim}.log",
     benchmark:
         "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}.tsv"
+    wildcard_constraints:
+        dataset=CDV_NAME_RE,
+        proxy=CDV_NAME_RE,
+        victim=CDV_NAME_RE,
     conda:
         lambda w: cdv_env(cdv_search_roles(w).values())
     threads: lambda w: cdv_threads(cdv_search_roles(w).values())
@@ -55,9 +63,37 @@ rule cdv_search:
         ),
         # Only the threshold: the classifier's other settings do not change the search.
         classifier_threshold=config["cdv"]["classifier"]["threshold"],
+        # The greedy audit asks at the victim's evaluation temperature.
+        eval_temperature=lambda w: cdv_eval_temperature(cdv_search_roles(w)["victim"]),
+        value="paper",
         seed=config["seed"],
     script:
         "../../scripts/cdv_search.py"
+
+
+# The value-function ablation (section 4.4): the same search with another value function, beside the
+# cell's own (default) search, whose paths stay as they are.
+use rule cdv_search as cdv_search_variant with:
+    output:
+        search=f"{CDV_CELL}/value/{{variant}}/search.jsonl",
+        perturbed=f"{CDV_CELL}/value/{{variant}}/perturbed.jsonl",
+        summary=f"{CDV_CELL}/value/{{variant}}/search.summary.json",
+        usage=f"{CDV_CELL}/value/{{variant}}/search.usage.json",
+    log:
+        "results/logs/cdv/search/{dataset}/{proxy}/{victim}/value/{variant}.log",
+    benchmark:
+        "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}/value/{variant}.tsv"
+    params:
+        roles=cdv_search_roles,
+        models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
+        search=config["cdv"]["search"],
+        victim_prefill=lambda w: model_prefill(
+            cdv_search_roles(w)["victim"], config["cdv"]["answer_prefix"]
+        ),
+        classifier_threshold=config["cdv"]["classifier"]["threshold"],
+        eval_temperature=lambda w: cdv_eval_temperature(cdv_search_roles(w)["victim"]),
+        value=lambda w: w.variant,
+        seed=config["seed"],
 
 
 rule cdv_baselines:
@@ -109,6 +145,7 @@ rule cdv_eval:
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
+        temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=False,
         seed=config["seed"],
@@ -139,6 +176,7 @@ rule cdv_mitigation:
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
+        temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=True,
         seed=config["seed"],
@@ -221,6 +259,7 @@ rule cdv_dpo_train:
 rule cdv_table:
     input:
         summaries=cdv_cell_files("search.summary.json"),
+        variant_summaries=cdv_variant_files("search.summary.json"),
         searches=cdv_cell_files("search.jsonl"),
         evals=cdv_eval_files("eval"),
         mitigation=(
@@ -272,5 +311,7 @@ rule cdv_figure:
         "../../envs/analysis.yaml"
     resources:
         **config["resources"]["small"],
+    params:
+        figure=analysis_figure_options(),
     script:
         "../../scripts/cdv_figure.py"

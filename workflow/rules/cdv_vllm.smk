@@ -29,6 +29,7 @@ rule cdv_eval_vllm:
         models=lambda w: cdv_models_of([w.model]),
         cells=config["cdv"]["cells"],
         max_tokens=config["cdv"]["eval"]["max_tokens"],
+        temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         seed=config["seed"],
     script:

@@ -659,6 +659,25 @@ def cdv_eval_group_inputs(wildcards):
     return inputs
 
 
+def cdv_eval_temperature(model):
+    """The evaluation temperature of one model: `cdv.eval.temperature` unless its API needs its own."""
+    evaluation = config["cdv"]["eval"]
+    return evaluation["model_temperature"].get(model, evaluation["temperature"])
+
+
+def cdv_value_variants():
+    return config["cdv"]["value_variants"]
+
+
+def cdv_variant_files(name):
+    """One file per (cell, value-function variant) of the ablation; the default variant is the cell's own."""
+    return [
+        f"{cdv_cell_dir(*cell)}/value/{variant}/{name}"
+        for cell in cdv_cells()
+        for variant in cdv_value_variants()
+    ]
+
+
 def cdv_classifier_roles():
     """Models of the post-hoc classifier job: the prompt classifier's model per victim."""
     classifier = config["cdv"]["classifier"]
@@ -668,11 +687,13 @@ def cdv_classifier_roles():
 
 
 CDV_TABLES = ["cdv_search", "cdv_accuracy"]
-CDV_FIGURES = ["cdv_matrix", "cdv_distribution"]
+CDV_FIGURES = ["cdv_matrix", "cdv_distribution", "cdv_agreement", "cdv_depth"]
 
 
 def cdv_table_names():
     names = list(CDV_TABLES)
+    if cdv_value_variants():
+        names.append("cdv_value_ablation")
     if config["cdv"]["baselines"]["enabled"]:
         names.append("cdv_baselines")
     if config["cdv"]["mitigation"]["enabled"]:

@@ -1,4 +1,5 @@
-"""Evaluating models on original, perturbed, baseline and mitigated questions (zero-shot CoT, greedy)."""
+"""Evaluating models on original, perturbed, baseline and mitigated questions (zero-shot CoT, near-greedy:
+the paper's temperature 0.001, or a model's own where its API refuses that)."""
 
 from __future__ import annotations
 
@@ -48,15 +49,17 @@ def evaluate(
     seed: int,
     mitigation: bool = False,
     prefill: str | None = None,
+    temperature: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Ask one model every item greedily (one batch); unparseable or failed answers are not correct.
+    """Ask one model every item once (one batch); unparseable, truncated or failed answers are not correct.
 
-    `prefill` starts each answer (models with `answer_prefill`); `raw` then includes it."""
+    `prefill` starts each answer (models with `answer_prefill`); `raw` then includes it. An answer without
+    a parseable answer line is `truncated` when it used all `max_tokens`, else `unparsed`."""
     requests = [
         Request(
             messages=victim_messages(item["question"], item["choices"], mitigation, prefill),
             max_tokens=max_tokens,
-            temperature=0.0,
+            temperature=temperature,
             seed=seed,
         )
         for item in items
@@ -74,21 +77,35 @@ def evaluate(
                 "answer": None if answer is None else letter(answer),
                 "correct_option": letter(item["answer_index"]),
                 "correct": answer == item["answer_index"],
-                "status": "error" if response.error else ("ok" if answer is not None else "unparsed"),
+                "status": _status(response, answer, max_tokens),
                 "raw": (prefill or "") + response.text,
             }
         )
     return records
 
 
+def _status(response: Any, answer: int | None, max_tokens: int) -> str:
+    if response.error:
+        return "error"
+    if answer is not None:
+        return "ok"
+    return "truncated" if response.completion_tokens >= max_tokens else "unparsed"
+
+
 def accuracy_by_condition(records: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """condition -> {n, correct, accuracy, unparsed}; every record counts (unparsed = wrong)."""
-    totals: dict[str, dict[str, int]] = defaultdict(lambda: {"n": 0, "correct": 0, "unparsed": 0})
+    """condition -> {n, correct, accuracy, unparsed, truncated}; every record counts (unparsed = wrong).
+
+    `unparsed` counts every answer without a usable letter (truncated and failed calls included);
+    `truncated` the ones cut off at the token limit among them."""
+    totals: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"n": 0, "correct": 0, "unparsed": 0, "truncated": 0}
+    )
     for record in records:
         total = totals[record["condition"]]
         total["n"] += 1
         total["correct"] += int(record["correct"])
         total["unparsed"] += int(record["status"] != "ok")
+        total["truncated"] += int(record["status"] == "truncated")
     return {c: {**t, "accuracy": t["correct"] / t["n"]} for c, t in sorted(totals.items())}
 
 

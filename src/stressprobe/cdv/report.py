@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 
 from stressprobe.cdv import cell_of  # noqa: E402
 from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accuracy  # noqa: E402
+from stressprobe.cdv.search_report import search_quality_columns  # noqa: E402
 from stressprobe.io import read_jsonl  # noqa: E402
 
 
@@ -39,6 +40,7 @@ def search_table(summary_paths: list[str]) -> pd.DataFrame:
                 "requests_per_success": s["requests_per_success"],
                 "tokens_per_success": s["tokens_per_success"],
                 "usd_per_perturbed_question": s["cost_per_perturbed_question_usd"],
+                **search_quality_columns(s),
             }
         )
     return pd.DataFrame(rows)
@@ -72,6 +74,10 @@ def accuracy_table(eval_paths: list[str]) -> pd.DataFrame:
                 "n_original": acc.get("original", {}).get("n", 0),
                 "acc_original": _acc(acc, "original"),
                 "n_perturbed": acc.get("perturbed", {}).get("n", 0),
+                "unparsed_original": acc.get("original", {}).get("unparsed", 0),
+                "truncated_original": acc.get("original", {}).get("truncated", 0),
+                "unparsed_perturbed": acc.get("perturbed", {}).get("unparsed", 0),
+                "truncated_perturbed": acc.get("perturbed", {}).get("truncated", 0),
                 "acc_original_paired": e["paired_original"],
                 "acc_perturbed": perturbed,
                 "delta": None
