@@ -34,4 +34,10 @@ def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         from stressprobe.llm.backends.llamacpp import gguf_identity, gguf_path
 
         return gguf_identity(gguf_path(name, entry))
-    return {"backend": entry["backend"], "model": entry["model"]}
+    identity = {"backend": entry["backend"], "model": entry["model"]}
+    # The same request sent in another shape (no temperature, another token limit) is another question to
+    # the model; only settings that differ from OpenAI's enter the key, so existing cache keys stay.
+    for key in ("token_limit_param", "unsupported_params", "system_role"):
+        if entry.get(key) and entry[key] not in ("max_tokens", "system"):
+            identity[key] = entry[key]
+    return identity

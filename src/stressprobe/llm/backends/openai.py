@@ -85,7 +85,21 @@ def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBackend:
         timeout_s=float(entry.get("timeout_s", 60)),
         max_retries=int(entry.get("max_retries", 6)),
         backoff_s=float(entry.get("backoff_s", 1.0)),
+        api=api_settings(entry),
     )
+
+
+# A model entry's `unsupported_params` (temperature, top_p, seed, stop, logprobs) are parameters its API
+# refuses (o1-mini takes no temperature): they are left out of the body and the API's own default applies;
+# a request that needs logprobs from such a model fails instead of silently getting none.
+API_DEFAULTS = {"token_limit_param": "max_tokens", "unsupported_params": (), "system_role": "system"}
+
+
+def api_settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """How this model's API differs from OpenAI's chat completions (defaults: not at all)."""
+    settings = {key: entry.get(key) or default for key, default in API_DEFAULTS.items()}
+    settings["unsupported_params"] = tuple(settings["unsupported_params"])
+    return settings
 
 
 def backoff_delay(attempt: int, base_s: float, retry_after: float | None) -> float:
@@ -95,12 +109,19 @@ def backoff_delay(attempt: int, base_s: float, retry_after: float | None) -> flo
     return random.uniform(0, min(MAX_BACKOFF_S, base_s * 2**attempt))
 
 
-def chat_arguments(model: str, request: Request) -> dict[str, Any]:
-    """The chat.completions.create arguments for a Request."""
+def chat_arguments(model: str, request: Request, api: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chat.completions.create arguments for a Request, in the shape the model's API takes (`api`,
+    from `api_settings`): the name of the output-token limit, the parameters it refuses, the system role."""
+    api = api or API_DEFAULTS
+    messages = request.message_dicts()
+    if api["system_role"] == "user":
+        messages = fold_system_messages(messages)
+    elif api["system_role"] != "system":
+        messages = [{**m, "role": api["system_role"]} if m["role"] == "system" else m for m in messages]
     arguments: dict[str, Any] = {
         "model": model,
-        "messages": request.message_dicts(),
-        "max_tokens": request.max_tokens,
+        "messages": messages,
+        api["token_limit_param"]: request.max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
         "n": request.n,
@@ -108,10 +129,25 @@ def chat_arguments(model: str, request: Request) -> dict[str, Any]:
     }
     if request.stop:
         arguments["stop"] = list(request.stop)
+    for name in api["unsupported_params"]:
+        arguments.pop(name, None)
     if request.logprobs:
         arguments["logprobs"] = True
         arguments["top_logprobs"] = request.logprobs
     return arguments
+
+
+def fold_system_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """System messages prepended to the first user message, for APIs without a system role (o1-mini)."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if system:
+        first_user = next((m for m in rest if m["role"] == "user"), None)
+        if first_user is None:
+            rest.insert(0, {"role": "user", "content": system})
+        else:
+            first_user["content"] = f"{system}\n\n{first_user['content']}"
+    return rest
 
 
 def parse_completion(completion: dict[str, Any], request: Request) -> Response:
@@ -149,8 +185,10 @@ class OpenAIBackend(AsyncBackend):
         timeout_s: float,
         max_retries: int,
         backoff_s: float,
+        api: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity, concurrency)
+        self.api = api or API_DEFAULTS
         from openai import AsyncOpenAI  # slow to import, and only this backend needs it
 
         self.model = model
@@ -179,7 +217,9 @@ class OpenAIBackend(AsyncBackend):
         if request.prefill is not None:
             # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
             return Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer")
-        arguments = chat_arguments(self.model, request)
+        if request.logprobs and "logprobs" in self.api["unsupported_params"]:
+            return Response.failure(f"{self.name}: this model's API returns no logprobs (unsupported_params)")
+        arguments = chat_arguments(self.model, request, self.api)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             outcome = await self._attempt(arguments, request)
