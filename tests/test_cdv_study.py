@@ -1,0 +1,209 @@
+"""The CDV paper's experiments at toy scale: experiment cells and nested samples, the classifier study
+(Table 7) and its cost experiment (Table 3), and the comparison with published values."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from cdv_scripted import ScriptedModel, make_item
+
+from stressprobe.cdv import paper_report
+from stressprobe.cdv.classifier import NO_CLASSIFIER, TRAINED, run_classifier, study_splits
+from stressprobe.cdv.experiments import cell_specs, experiment_qids, nested_sample, select_questions
+from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
+from stressprobe.errors import StressprobeError
+
+SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
+
+
+def test_experiments_merge_into_cells_with_the_largest_sample_and_all_evaluators():
+    cdv = {
+        "cells": [{"proxy": "p", "victim": "v", "n": 5}],
+        "eval_models": ["e1"],
+        "experiments": {
+            "self_search": {"n": 100, "eval_models": None, "cells": [{"proxy": "a", "victim": "a"}]},
+            "scale_up": {"n": 300, "eval_models": ["e2"], "cells": [{"proxy": "a", "victim": "a"}]},
+        },
+    }
+    specs = cell_specs(cdv)
+    assert specs[("p", "v")] == {"n": 5, "eval_models": ["e1"], "experiments": ["cells"]}
+    assert specs[("a", "a")]["n"] == 300
+    assert specs[("a", "a")]["eval_models"] == ["e2", "e1"]
+    assert sorted(specs[("a", "a")]["experiments"]) == ["scale_up", "self_search"]
+    # a null n (all questions) wins over any number
+    cdv["experiments"]["all"] = {"n": None, "eval_models": None, "cells": [{"proxy": "a", "victim": "a"}]}
+    assert cell_specs(cdv)[("a", "a")]["n"] is None
+
+
+def test_nested_samples_keep_file_order_and_the_small_one_is_inside_the_large_one():
+    items = [{"qid": f"q{i:03d}"} for i in range(500)]
+    small, large = nested_sample(items, 100, 42), nested_sample(items, 300, 42)
+    assert len(small) == 100 and len(large) == 300
+    assert {q["qid"] for q in small} <= {q["qid"] for q in large}
+    assert [q["qid"] for q in large] == sorted(q["qid"] for q in large)
+    assert nested_sample(items, 100, 42) == small and nested_sample(items, 100, 7) != small
+    assert nested_sample(items, None, 42) == items and experiment_qids(items, 100, 42) == {
+        q["qid"] for q in small
+    }
+
+
+def test_study_splits_are_80_10_10_and_disjoint():
+    keys = [f"k{i}" for i in range(1200)]
+    splits = study_splits(keys, 0.1, 0.1, 3)
+    counts = {s: sum(v == s for v in splits.values()) for s in ("train", "validation", "test")}
+    assert counts == {"train": 960, "validation": 120, "test": 120}
+    assert study_splits(keys, 0.1, 0.1, 3) == splits
+
+
+# A toy study: questions whose text says "fragile" are the perturbable ones (the scripted victim fails
+# them once a distraction is added); the others resist every distraction.
+def _items(n):
+    return [
+        make_item(f"q{i:02d}", question=f"{'A fragile' if i % 2 else 'A sturdy'} question number {i}?")
+        for i in range(n)
+    ]
+
+
+def _victim():
+    return ScriptedModel(correct=lambda contexts, q: 0 if contexts and "fragile" in q else 3)
+
+
+def _embed(texts):
+    # One informative feature and some noise: the logistic regression can learn "fragile".
+    return [[1.0 if "fragile" in t else 0.0, (len(t) % 7) / 7.0, 0.5] for t in texts]
+
+
+def _ask(model, questions):
+    # A prompt classifier that is right about half of the questions: says yes to everything with an even digit.
+    return {q["qid"]: 1.0 if int(q["qid"][-1]) % 2 == 0 else 0.0 for q in questions}
+
+
+@pytest.fixture(scope="module")
+def study():
+    items = _items(40)
+    labelled, pool = items[:30], items[30:]
+    states = run_search(labelled, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+    records = search_records(states)
+    cell = {"dataset": "toy", "proxy": "p", "victim": "v"}
+    summary = {"proxy": "p", "victim": "v", "semantic": "p"}
+    settings = {
+        "kind": "trained",
+        "threshold": 0.5,
+        "model": None,
+        "test_fraction": 0.2,
+        "validation_fraction": 0.1,
+        "prompt_models": ["judge-a"],
+    }
+    questions = {q["qid"]: {**q, "dataset": "toy"} for q in items}
+    rows, metrics, scored_pool = run_classifier(
+        [(cell, records, summary)], questions, settings, 0, _embed, _ask, {}
+    )
+    return rows, metrics, scored_pool, records, pool
+
+
+def test_classifier_study_reports_every_classifier_on_the_same_test_split(study):
+    rows, metrics, _, _, _ = study
+    labels = {r["qid"]: r["label"] for r in rows}
+    assert labels == {q: int(int(q[1:]) % 2 == 1) for q in labels}  # fragile = odd = perturbable
+    assert metrics["splits"] == {"train": 21, "validation": 3, "test": 6}
+    study_metrics = metrics["study"]
+    assert set(study_metrics) == {NO_CLASSIFIER, TRAINED, "prompt:judge-a"}
+    test = [r for r in rows if r["split"] == "test"]
+    base_rate = sum(r["label"] for r in test) / len(test)
+    # No classifier keeps everything: recall 1, precision = the base rate of perturbable questions.
+    assert study_metrics[NO_CLASSIFIER]["test"]["recall"] == 1.0
+    assert study_metrics[NO_CLASSIFIER]["test"]["precision"] == pytest.approx(base_rate)
+    # The trained classifier learned the informative feature; the even-digit prompt classifier is wrong on
+    # every perturbable question (odd digits).
+    assert study_metrics[TRAINED]["test"]["f_beta"] == 1.0
+    assert study_metrics["prompt:judge-a"]["test"]["recall"] == 0.0
+    # The configured classifier (trained) drives the old top-level metrics, on the same test split.
+    assert metrics["n_test"] == 6 and metrics["f_beta"] == 1.0
+
+
+def test_pool_is_the_unlabelled_questions_scored_and_selection_keeps_the_kept_ones(study):
+    _, _, pool, _, unlabelled = study
+    assert {r["qid"] for r in pool} == {q["qid"] for q in unlabelled}
+    fragile = {q["qid"] for q in unlabelled if "fragile" in q["question"]}
+    assert {r["qid"] for r in pool if r["p"] >= 0.5} == fragile
+    chosen = select_questions(pool, 3, 0.5, 1)
+    assert len(chosen["selected"]) == 3 and set(chosen["selected"]) <= fragile
+    assert len(chosen["random"]) == 3 and set(chosen["random"]) <= {r["qid"] for r in pool}
+    # fewer kept than asked: all kept ones
+    assert set(select_questions(pool, 50, 0.5, 1)["selected"]) == fragile
+
+
+def _write_summary(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summarize_search(records, {})), encoding="utf-8")
+    return str(path)
+
+
+def test_filter_cost_table_compares_selected_with_random_questions(tmp_path):
+    fragile = [q for q in _items(8) if "fragile" in q["question"]]
+    mixed = _items(8)
+    paths = []
+    for selection, items in (("selected", fragile), ("random", mixed)):
+        states = run_search(items, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+        cell = tmp_path / f"results/cdv/toy.{selection}/p/v/search.summary.json"
+        paths.append(_write_summary(cell, search_records(states)))
+    table = paper_report.filter_cost_table(paths).set_index(["dataset", "selection"])
+    assert table.loc[("toy", "with_filter"), "success_rate"] == 1.0
+    assert table.loc[("toy", "without_filter"), "success_rate"] == 0.5
+    assert table.loc[("all", "with_filter"), "questions"] == len(fragile)
+    assert table.loc[("toy", "with_filter"), "tokens_per_perturbed_question"] > 0
+
+
+def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank(tmp_path):
+    values = tmp_path / "values.csv"
+    values.write_text(
+        "# a comment line\n"
+        "table,experiment,dataset,model,column,value,value_high,source\n"
+        "Table 3,filter_cost,all,with_filter,success_rate,0.82,,test value\n"
+        "Table 1,scale_up,all,m,acc_perturbed,0.1,0.3,test range\n"
+        "Table 7,classifier_study,all,trained,f0.5,0.7,,not in this run\n",
+        encoding="utf-8",
+    )
+    built = {
+        "cdv_filter_cost": pd.DataFrame(
+            [{"dataset": "all", "selection": "with_filter", "success_rate": 0.75}]
+        ),
+        "cdv_experiments": pd.DataFrame(
+            [
+                {
+                    "experiment": "scale_up",
+                    "dataset": d,
+                    "model": "m",
+                    "acc_original": 0.9,
+                    "acc_perturbed": a,
+                }
+                | {"acc_original_paired": 0.9, "delta": 0.9 - a}
+                for d, a in (("A", 0.2), ("B", 0.3))
+            ]
+        ),
+    }
+    table = paper_report.vs_paper_table(
+        paper_report.read_paper_values(values), paper_report.run_values(built)
+    ).set_index("table")
+    assert table.loc["Table 3", "run"] == 0.75
+    assert table.loc["Table 3", "run_minus_paper"] == pytest.approx(0.75 - 0.82)
+    assert table.loc["Table 1", "run"] == pytest.approx(0.25)  # the mean over datasets
+    assert bool(table.loc["Table 1", "within_range"]) is True
+    assert pd.isna(table.loc["Table 7", "run"])
+
+
+def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "values.csv"
+    bad.write_text("table,value\nTable 1,0.5\n", encoding="utf-8")
+    with pytest.raises(StressprobeError, match="missing column"):
+        paper_report.read_paper_values(bad)
+
+
+def test_the_shipped_values_file_reads_and_every_value_has_a_source():
+    from helpers import ROOT
+
+    values = paper_report.read_paper_values(ROOT / "resources" / "cdv" / "paper_values.csv")
+    assert len(values) >= 3 and (values["source"].str.len() > 0).all()
+    assert set(values["experiment"]) <= {"scale_up", "self_search", "filter_cost", "classifier_study", "dpo"}
