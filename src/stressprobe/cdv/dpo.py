@@ -8,6 +8,7 @@ model's). Pairs are split by original question so that no question is in both tr
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from stressprobe.cdv.classifier import split_keys
@@ -157,7 +158,7 @@ def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides
         "learning_rate": settings["learning_rate"],
         "num_train_epochs": settings["epochs"],
         "beta": settings["beta"],
-        "loss_type": settings["loss_type"],
+        "loss_type": [settings["loss_type"]],  # TRL 1.x takes a list of losses
         "per_device_train_batch_size": settings["batch_size"],
         "per_device_eval_batch_size": settings["batch_size"],
         "max_length": settings["max_length"],
@@ -192,8 +193,12 @@ def train_and_evaluate(
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=settings["lora_rank"], task_type="CAUSAL_LM")
+    # The frozen reference is a copy of the starting model (TRL would reload it from the model's hub id,
+    # which a model built or modified in memory does not have); with LoRA the adapter-free model is it.
+    ref_model = None if peft_config is not None else copy.deepcopy(model)
     trainer = DPOTrainer(
         model=model,
+        ref_model=ref_model,
         args=dpo_config(settings, output_dir, seed, **overrides),
         train_dataset=Dataset.from_list(trl_rows(train)),
         eval_dataset=Dataset.from_list(trl_rows(validation)) if validation else None,
