@@ -13,7 +13,7 @@ def tables(smk) -> dict:
             smk.params.experiments, inputs.evals, inputs.questions, smk.params.seed
         )
     if hasattr(inputs, "classifier"):
-        built["cdv_classifier_study"] = pr.classifier_study_table(inputs.classifier)
+        built["cdv_classifier_study"] = pr.classifier_study_table(inputs.classifier, list(inputs.lora))
     if hasattr(inputs, "cost_summaries"):
         built["cdv_filter_cost"] = pr.filter_cost_table(inputs.cost_summaries)
     if hasattr(inputs, "dpo"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from cdv_scripted import ScriptedModel, make_item
+from toy_hf import toy_model_and_tokenizer
 
 from stressprobe.cdv.dpo import (
     before_after,
@@ -52,39 +53,6 @@ def test_before_after_difference_and_retain():
     assert before_after([], [])["accuracy_before"] is None
 
 
-def _toy_model_and_tokenizer(texts):
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    special = ["[UNK]", "[PAD]", "[BOS]", "[EOS]", "<user>", "<system>", "<assistant>"]
-    pieces = sorted({piece for t in texts for piece, _ in pre_tokenizers.Whitespace().pre_tokenize_str(t)})
-    vocab = {token: i for i, token in enumerate(special + [p for p in pieces if p not in special])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", bos_token="[BOS]", eos_token="[EOS]"
-    )
-    tokenizer.chat_template = (
-        "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} [EOS] {% endfor %}"
-        "{% if add_generation_prompt %}<assistant> {% endif %}"
-    )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        pad_token_id=vocab["[PAD]"],
-        bos_token_id=vocab["[BOS]"],
-        eos_token_id=vocab["[EOS]"],
-    )
-    return LlamaForCausalLM(config), tokenizer
-
-
 @pytest.mark.slow
 def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after(tmp_path):
     pytest.importorskip("trl", reason="the `dpo` extra (trl, datasets) is not installed")
@@ -97,7 +65,7 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
     heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]})
     assert heldout and len(heldout) == len(parts["test"])
     texts = [m["content"] for p in pairs for key in ("prompt", "chosen", "rejected") for m in p[key]]
-    model, tokenizer = _toy_model_and_tokenizer(texts)
+    model, tokenizer = toy_model_and_tokenizer(texts)
     weights_before = {k: v.clone() for k, v in model.state_dict().items()}
     settings = {
         "learning_rate": 2e-4,

@@ -207,3 +207,42 @@ def test_the_shipped_values_file_reads_and_every_value_has_a_source():
     values = paper_report.read_paper_values(ROOT / "resources" / "cdv" / "paper_values.csv")
     assert len(values) >= 3 and (values["source"].str.len() > 0).all()
     assert set(values["experiment"]) <= {"scale_up", "self_search", "filter_cost", "classifier_study", "dpo"}
+
+
+@pytest.mark.slow
+def test_lora_classifier_trains_on_the_training_split_and_is_scored_like_the_others(study, tmp_path):
+    pytest.importorskip("peft", reason="the `dpo` extra (peft, transformers) is not installed")
+    from toy_hf import toy_model_and_tokenizer
+
+    from stressprobe.cdv.lora_classifier import lora_metrics, train_lora_classifier
+
+    rows = study[0]
+    questions = {q["qid"]: q for q in _items(40)}
+    model, tokenizer = toy_model_and_tokenizer([q["question"] for q in questions.values()], classifier=True)
+    settings = {"learning_rate": 1e-4, "epochs": 5, "rank": 4}
+    scores = train_lora_classifier(
+        model, tokenizer, rows, questions, settings, str(tmp_path), 0, max_steps=2, use_cpu=True
+    )
+    assert set(scores) == {r["qid"] for r in rows} and all(0 <= p <= 1 for p in scores.values())
+    metrics = lora_metrics(rows, scores, 0.5)
+    assert set(metrics) == {"train", "validation", "test"} and metrics["test"]["n"] == 6
+
+
+def test_classifier_study_table_lists_lora_classifiers_beside_the_others(study, tmp_path):
+    _, metrics, _, _, _ = study
+    metrics_path, lora_path = tmp_path / "metrics.json", tmp_path / "lora.json"
+    metrics_path.write_text(json.dumps(metrics), encoding="utf-8")
+    lora = {"classifier": "lora:org/model", "study": {"test": {"n": 6, "positives": 3} | _prf(0.5, 1.0)}}
+    lora_path.write_text(json.dumps(lora), encoding="utf-8")
+    table = paper_report.classifier_study_table(str(metrics_path), [str(lora_path)])
+    test = table[table["split"] == "test"].set_index("classifier")
+    assert set(test.index) == {NO_CLASSIFIER, TRAINED, "prompt:judge-a", "lora:org/model"}
+    assert test.loc["lora:org/model", "precision"] == 0.5 and test.loc[TRAINED, "f0.5"] == 1.0
+
+
+def _prf(precision, recall):
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f_beta": 1.25 * precision * recall / (0.25 * precision + recall),
+    }

@@ -355,3 +355,28 @@ rule cdv_study_table:
         seed=config["seed"],
     script:
         "../../scripts/cdv_study_table.py"
+
+
+rule cdv_classifier_lora:
+    input:
+        predictions="results/cdv/classifier/predictions.jsonl",
+        questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
+    output:
+        "results/cdv/classifier/lora/{lora}.json",
+    log:
+        "results/logs/cdv/classifier_lora/{lora}.log",
+    benchmark:
+        "results/benchmarks/cdv/classifier_lora/{lora}.tsv"
+    conda:
+        "../../envs/dpo.yaml"
+    resources:
+        gpu=1,
+        mem_mb=64000,
+        runtime=720,
+    params:
+        base_model=lambda w: cdv_lora_models()[w.lora],
+        settings=config["cdv"]["classifier"]["lora"],
+        threshold=config["cdv"]["classifier"]["threshold"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_classifier_lora.py"

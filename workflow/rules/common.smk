@@ -714,6 +714,14 @@ CDV_STUDY_TABLES = [
 ]
 
 
+def cdv_lora_models():
+    """File name -> Hugging Face id of the LoRA classifiers (none unless `classifier.lora.enabled`)."""
+    lora = config["cdv"]["classifier"]["lora"]
+    if not lora["enabled"]:
+        return {}
+    return {model.replace("/", "__"): model for model in lora["base_models"]}
+
+
 def cdv_study_inputs(name):
     """What each study table reads; cdv_vs_paper reads every one the config turns on."""
     classifier = config["cdv"]["classifier"]
@@ -729,7 +737,10 @@ def cdv_study_inputs(name):
             else {}
         ),
         "cdv_classifier_study": (
-            {"classifier": "results/cdv/classifier/metrics.json"}
+            {
+                "classifier": "results/cdv/classifier/metrics.json",
+                "lora": [f"results/cdv/classifier/lora/{f}.json" for f in cdv_lora_models()],
+            }
             if classifier["prompt_models"]
             else {}
         ),

@@ -63,9 +63,14 @@ def experiments_table(
     return pd.DataFrame(rows)
 
 
-def classifier_study_table(metrics_path: str) -> pd.DataFrame:
-    """Table 7 / Figure 5: precision, recall and F0.5 of every classifier of the study, per split."""
+def classifier_study_table(metrics_path: str, lora_paths: list[str] | None = None) -> pd.DataFrame:
+    """Table 7 / Figure 5: precision, recall and F0.5 of every classifier of the study, per split (the
+    LoRA-fine-tuned ones, when their optional rule ran, beside the others)."""
     metrics = json.loads(Path(metrics_path).read_text(encoding="utf-8"))
+    study = dict(metrics["study"])
+    for path in lora_paths or []:
+        lora = json.loads(Path(path).read_text(encoding="utf-8"))
+        study[lora["classifier"]] = lora["study"]
     rows = [
         {
             "classifier": name,
@@ -76,7 +81,7 @@ def classifier_study_table(metrics_path: str) -> pd.DataFrame:
             "recall": m["recall"],
             "f0.5": m["f_beta"],
         }
-        for name, splits in metrics["study"].items()
+        for name, splits in study.items()
         for split, m in splits.items()
     ]
     return pd.DataFrame(rows)
