@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from stressprobe.cdv.experiments import nested_sample
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
 from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl
@@ -43,7 +44,7 @@ def main(smk):
         cache.close()
     for cell in smk.params.cdv_cells:
         dataset, roles = cell["dataset"], cell["roles"]
-        questions = read_jsonl(smk.input[f"cdv_{dataset}"])
+        questions = nested_sample(read_jsonl(smk.input[f"cdv_{dataset}"]), cell.get("n"), cell.get("seed", 0))
         rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
         name = f"{roles['proxy']}/{roles['victim']}"
         rows += cdv_eval_bounds(

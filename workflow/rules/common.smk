@@ -696,7 +696,9 @@ def cost_cdv_cells():
             "dataset": dataset,
             "roles": cell_roles(proxy, victim),
             "eval_models": cdv_eval_models(victim, proxy),
+            # The cell's nested subsample of the dataset's questions (n, seed).
             "n": cdv_cell_n(proxy, victim),
+            "seed": config["seed"],
         }
         for dataset, proxy, victim in cdv_cells()
         if dataset in datasets
