@@ -16,6 +16,12 @@ def tables(smk) -> dict:
         built["cdv_classifier_study"] = pr.classifier_study_table(inputs.classifier, list(inputs.lora))
     if hasattr(inputs, "cost_summaries"):
         built["cdv_filter_cost"] = pr.filter_cost_table(inputs.cost_summaries)
+    if hasattr(inputs, "all_evals"):
+        from stressprobe.cdv import report
+
+        built["cdv_baselines"] = report.baselines_table(inputs.all_evals)
+        if hasattr(inputs, "mitigation"):
+            built["cdv_mitigation"] = report.mitigation_table(inputs.all_evals, inputs.mitigation)
     if hasattr(inputs, "dpo"):
         built["cdv_dpo"] = pr.dpo_table(inputs.dpo)
     return built

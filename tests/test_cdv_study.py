@@ -163,7 +163,8 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
         "table,experiment,dataset,model,column,value,value_high,source\n"
         "Table 3,filter_cost,all,with_filter,success_rate,0.82,,test value\n"
         "Table 1,scale_up,all,m,acc_perturbed,0.1,0.3,test range\n"
-        "Table 7,classifier_study,all,trained,f0.5,0.7,,not in this run\n",
+        "Table 7,classifier_study,all,trained,f0.5,0.7,,not in this run\n"
+        "Table 4,mitigation,A,m,acc_perturbed_mitigated,0.5,,test value\n",
         encoding="utf-8",
     )
     built = {
@@ -184,6 +185,9 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
             ]
         ),
     }
+    built["cdv_mitigation"] = pd.DataFrame(
+        [{"dataset": "A", "proxy": "p", "victim": "v", "model": "m", "acc_perturbed_mitigated": 0.4}]
+    )
     table = paper_report.vs_paper_table(
         paper_report.read_paper_values(values), paper_report.run_values(built)
     ).set_index("table")
@@ -192,6 +196,7 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
     assert table.loc["Table 1", "run"] == pytest.approx(0.25)  # the mean over datasets
     assert bool(table.loc["Table 1", "within_range"]) is True
     assert pd.isna(table.loc["Table 7", "run"])
+    assert table.loc["Table 4", "run"] == 0.4
 
 
 def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):

@@ -741,7 +741,9 @@ def cdv_study_inputs(name):
         "cdv_classifier_study": (
             {
                 "classifier": "results/cdv/classifier/metrics.json",
-                "lora": [f"results/cdv/classifier/lora/{f}.json" for f in cdv_lora_models()],
+                "lora": [
+                    f"results/cdv/classifier/lora/{f}.json" for f in cdv_lora_models()
+                ],
             }
             if classifier["prompt_models"]
             else {}
@@ -764,7 +766,12 @@ def cdv_study_inputs(name):
     }
     if name != "cdv_vs_paper":
         return parts[name]
-    merged = {"paper_values": config["cdv"]["paper_values"]}
+    merged = {
+        "paper_values": config["cdv"]["paper_values"],
+        "all_evals": cdv_eval_files("eval"),
+    }
+    if config["cdv"]["mitigation"]["enabled"]:
+        merged["mitigation"] = cdv_eval_files("mitigation")
     for part in parts.values():
         merged.update(part)
     return merged

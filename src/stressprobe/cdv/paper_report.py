@@ -216,8 +216,22 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     if cost is not None and not cost.empty:
         columns = ["success_rate", "tokens_per_perturbed_question", "usd_per_perturbed_question"]
         rows += long_rows(cost, "filter_cost", columns, "selection")
+    for name in ("baselines", "mitigation"):
+        table = built.get(f"cdv_{name}")
+        if table is not None and not table.empty:
+            rows += long_rows(_by_cell(table, name), name, [c for c in table.columns if c.startswith("acc_")])
     dpo = built.get("cdv_dpo")
     if dpo is not None and not dpo.empty:
         columns = [c for c in dpo.columns if c != "model"]
         rows += long_rows(dpo.assign(dataset=ALL), "dpo", columns)
     return rows
+
+
+def _by_cell(table: pd.DataFrame, name: str) -> pd.DataFrame:
+    """A per-cell table's rows named `name` when each (dataset, model) has one cell, else `name[proxy/victim]`
+    (the paper's baselines and mitigation tables have one row per evaluated model)."""
+    single = not table.duplicated(["dataset", "model"]).any()
+    experiment = [
+        name if single else f"{name}[{p}/{v}]" for p, v in zip(table["proxy"], table["victim"], strict=True)
+    ]
+    return table.assign(experiment=experiment)
