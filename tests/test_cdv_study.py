@@ -251,3 +251,36 @@ def _prf(precision, recall):
         "recall": recall,
         "f_beta": 1.25 * precision * recall / (0.25 * precision + recall),
     }
+
+
+def test_an_original_the_victim_already_fails_is_neither_labelled_nor_in_the_pool():
+    items = _items(6) + [make_item("doomed", question="A doomed question?")]
+    victim = ScriptedModel(
+        correct=lambda contexts, q: 0 if "doomed" in q or (contexts and "fragile" in q) else 3
+    )
+    states = run_search(items[3:], {r: victim for r in ("proxy", "semantic", "victim")}, SETTINGS)
+    settings = {
+        "kind": "trained",
+        "threshold": 0.5,
+        "model": None,
+        "test_fraction": 0.3,
+        "validation_fraction": 0,
+        "prompt_models": [],
+    }
+    rows, _, pool = run_classifier(
+        [
+            (
+                {"dataset": "toy", "proxy": "p", "victim": "v"},
+                search_records(states),
+                {"proxy": "p", "victim": "v", "semantic": "p"},
+            )
+        ],
+        {q["qid"]: q for q in items},
+        settings,
+        0,
+        _embed,
+        _ask,
+        {},
+    )
+    assert "doomed" not in {r["qid"] for r in rows}
+    assert {r["qid"] for r in pool} == {q["qid"] for q in items[:3]}

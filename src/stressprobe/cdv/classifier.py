@@ -254,7 +254,10 @@ def run_classifier(
     threshold = settings["threshold"]
     rows = [row for cell, records, _ in cells for row in labelled_rows(cell, records)]
     qids = sorted({r["qid"] for r in rows})
-    pool_qids = sorted(set(questions) - set(qids))
+    # The pool: questions no label cell searched at all (not only the unlabelled ones: an original the
+    # victim already failed was searched, and is no fresh question for the cost experiment).
+    searched = {r["qid"] for _, records, _ in cells for r in records}
+    pool_qids = sorted(set(questions) - searched - set(qids))
     splits = study_splits(qids, settings["validation_fraction"], settings["test_fraction"], seed)
     vectors = None
     if settings["kind"] == "trained" or settings["prompt_models"]:
