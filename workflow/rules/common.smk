@@ -721,7 +721,7 @@ def cdv_lora_models():
     lora = config["cdv"]["classifier"]["lora"]
     if not lora["enabled"]:
         return {}
-    return {model.replace("/", "__"): model for model in lora["base_models"]}
+    return {_cdv_experiments.file_name(model): model for model in lora["base_models"]}
 
 
 def cdv_study_inputs(name):

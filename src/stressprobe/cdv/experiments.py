@@ -81,3 +81,8 @@ def select_questions(pool: list[dict[str, Any]], n: int, threshold: float, seed:
         "selected": sorted(rng_selected.sample(kept, min(n, len(kept)))),
         "random": sorted(rng_random.sample(everyone, min(n, len(everyone)))),
     }
+
+
+def file_name(model_id: str) -> str:
+    """A Hugging Face model id as one file name (`org/model` -> `org__model`)."""
+    return model_id.replace("/", "__")
