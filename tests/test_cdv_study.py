@@ -164,7 +164,8 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
         "Table 3,filter_cost,all,with_filter,success_rate,0.82,,test value\n"
         "Table 1,scale_up,all,m,acc_perturbed,0.1,0.3,test range\n"
         "Table 7,classifier_study,all,trained,f0.5,0.7,,not in this run\n"
-        "Table 4,mitigation,A,m,acc_perturbed_mitigated,0.5,,test value\n",
+        "Table 4,mitigation,A,m,acc_perturbed_mitigated,0.5,,test value\n"
+        "Figure 2,self_search[v2],B,m,acc_perturbed,0.5,,test value\n",
         encoding="utf-8",
     )
     built = {
@@ -185,6 +186,18 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
             ]
         ),
     }
+    built["cdv_experiments"] = pd.concat(
+        [
+            built["cdv_experiments"].assign(proxy="p", victim="v"),
+            pd.DataFrame(
+                [
+                    {"experiment": "self_search", "dataset": "B", "proxy": v, "victim": v, "model": "m"}
+                    | {"acc_original": 0.9, "acc_original_paired": 0.9, "acc_perturbed": a, "delta": 0.9 - a}
+                    for v, a in (("v1", 0.6), ("v2", 0.3))
+                ]
+            ),
+        ]
+    )
     built["cdv_mitigation"] = pd.DataFrame(
         [{"dataset": "A", "proxy": "p", "victim": "v", "model": "m", "acc_perturbed_mitigated": 0.4}]
     )
@@ -197,6 +210,7 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
     assert bool(table.loc["Table 1", "within_range"]) is True
     assert pd.isna(table.loc["Table 7", "run"])
     assert table.loc["Table 4", "run"] == 0.4
+    assert table.loc["Figure 2", "run"] == pytest.approx(0.3)  # victim v2's row, not v1's
 
 
 def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):

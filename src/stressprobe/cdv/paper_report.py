@@ -207,6 +207,7 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     accuracy = built.get("cdv_experiments")
     if accuracy is not None and not accuracy.empty:
         columns = ["acc_original", "acc_original_paired", "acc_perturbed", "delta"]
+        accuracy = _experiment_cells(accuracy)
         rows += long_rows(accuracy, "", columns) + pooled_accuracy_rows(accuracy)
     study = built.get("cdv_classifier_study")
     if study is not None and not study.empty:
@@ -235,3 +236,17 @@ def _by_cell(table: pd.DataFrame, name: str) -> pd.DataFrame:
         name if single else f"{name}[{p}/{v}]" for p, v in zip(table["proxy"], table["victim"], strict=True)
     ]
     return table.assign(experiment=experiment)
+
+
+def _experiment_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """An experiment of several search cells names each: `self_search[gpt-4o]` (proxy = victim) or
+    `name[proxy/victim]`, so that Figure 2's rows (one per victim) stay apart; one cell keeps the plain name."""
+    cells = table.groupby("experiment")[["proxy", "victim"]].apply(lambda t: len(t.drop_duplicates()))
+
+    def name(row: pd.Series) -> str:
+        if cells[row["experiment"]] == 1:
+            return row["experiment"]
+        cell = row["victim"] if row["proxy"] == row["victim"] else f"{row['proxy']}/{row['victim']}"
+        return f"{row['experiment']}[{cell}]"
+
+    return table.assign(experiment=table.apply(name, axis=1))
