@@ -298,3 +298,32 @@ def test_an_original_the_victim_already_fails_is_neither_labelled_nor_in_the_poo
     )
     assert "doomed" not in {r["qid"] for r in rows}
     assert {r["qid"] for r in pool} == {q["qid"] for q in items[:3]}
+
+
+def test_experiments_table_keeps_each_experiments_sample_and_prints_the_papers_delta(tmp_path):
+    from stressprobe.io import write_jsonl
+
+    questions = [make_item(f"q{i}") for i in range(4)]
+    data = tmp_path / "results/cdv/data/toy.jsonl"
+    data.parent.mkdir(parents=True)
+    write_jsonl(data, questions)
+    small = experiment_qids(questions, 2, 0)
+
+    def record(qid, condition, correct):
+        return {"qid": qid, "condition": condition, "correct": correct, "status": "ok"}
+
+    # Every original right; a perturbed version of each question, wrong only for the small sample's ones;
+    # Prompt-only wrong everywhere.
+    records = [record(q["qid"], "original", True) for q in questions]
+    records += [record(q["qid"], "perturbed", q["qid"] not in small) for q in questions]
+    records += [record(q["qid"], "prompt_only", False) for q in questions]
+    evals = tmp_path / "results/cdv/toy/a/a/eval/m.jsonl"
+    evals.parent.mkdir(parents=True)
+    write_jsonl(evals, records)
+    cell = [{"proxy": "a", "victim": "a"}]
+    experiments = {"small": {"n": 2, "cells": cell}, "large": {"n": 4, "cells": cell}}
+    table = paper_report.experiments_table(experiments, [str(evals)], [str(data)], 0).set_index("experiment")
+    assert table.loc["small", "n_original"] == 2 and table.loc["large", "n_original"] == 4
+    assert table.loc["small", "acc_perturbed"] == 0.0 and table.loc["large", "acc_perturbed"] == 0.5
+    assert table.loc["small", "delta"] == 1.0 and table.loc["large", "delta"] == 0.5  # original - perturbed
+    assert table.loc["large", "acc_prompt_only"] == 0.0 and pd.isna(table.loc["large", "acc_elaborated"])

@@ -58,6 +58,9 @@ def experiments_table(
                     "acc_original_paired": paired,
                     "acc_perturbed": perturbed,
                     "delta": None if paired is None or perturbed is None else paired - perturbed,
+                    # Figure 3's baselines on the same sample (absent when baselines are off)
+                    "acc_elaborated": _accuracy(records, "elaborated"),
+                    "acc_prompt_only": _accuracy(records, "prompt_only"),
                 }
             )
     return pd.DataFrame(rows)
@@ -207,6 +210,7 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     accuracy = built.get("cdv_experiments")
     if accuracy is not None and not accuracy.empty:
         columns = ["acc_original", "acc_original_paired", "acc_perturbed", "delta"]
+        columns += ["acc_elaborated", "acc_prompt_only"]
         accuracy = _experiment_cells(accuracy)
         rows += long_rows(accuracy, "", columns) + pooled_accuracy_rows(accuracy)
     study = built.get("cdv_classifier_study")
