@@ -327,3 +327,27 @@ def test_experiments_table_keeps_each_experiments_sample_and_prints_the_papers_d
     assert table.loc["small", "acc_perturbed"] == 0.0 and table.loc["large", "acc_perturbed"] == 0.5
     assert table.loc["small", "delta"] == 1.0 and table.loc["large", "delta"] == 0.5  # original - perturbed
     assert table.loc["large", "acc_prompt_only"] == 0.0 and pd.isna(table.loc["large", "acc_elaborated"])
+
+
+def test_study_figures_draw_from_their_tables(study, tmp_path):
+    from stressprobe.plots import save_figure
+
+    _, metrics, _, _, _ = study
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(metrics), encoding="utf-8")
+    figure = paper_report.classifier_study_figure(paper_report.classifier_study_table(str(path)))
+    assert len(figure.axes[0].patches) == 3 * 3  # three classifiers x precision, recall, F0.5
+    table = pd.DataFrame(
+        [
+            {"experiment": "self_search", "dataset": d, "proxy": v, "victim": v, "model": m}
+            | {"acc_original": 0.9, "acc_perturbed": 0.2}
+            for d in ("A", "B")
+            for v in ("v1", "v2")
+            for m in ("m1", "m2", "m3")
+        ]
+    )
+    figure = paper_report.experiments_figure(table)
+    assert [ax.get_title() for ax in figure.axes] == ["self_search[v1]", "self_search[v2]"]
+    assert len(figure.axes[0].patches) == 2 * 3
+    save_figure(figure, tmp_path / "f.png", tmp_path / "f.pdf", dpi=50)
+    assert (tmp_path / "f.png").stat().st_size > 0

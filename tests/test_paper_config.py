@@ -71,6 +71,7 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["cdv_classifier"] == 1 and jobs["cdv_dpo_export"] == 1 and jobs["cdv_dpo_train"] == 1
     # experiments, classifier study, filter cost, DPO, vs_paper
     assert jobs["cdv_study_table"] == 5
+    assert jobs["cdv_study_figure"] == 2  # Figures 2/6 (experiments) and 5 (classifier study)
     # Downloads are jobs of the DAG, not work done while it is built.
     assert jobs["prepare_dataset"] == len(judging["datasets"])
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])

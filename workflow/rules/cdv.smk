@@ -380,3 +380,30 @@ rule cdv_classifier_lora:
         seed=config["seed"],
     script:
         "../../scripts/cdv_classifier_lora.py"
+
+
+ruleorder: cdv_study_figure > cdv_figure
+
+
+rule cdv_study_figure:
+    input:
+        table="results/tables/{cdv_study_figure}.csv",
+    output:
+        png=report(
+            "results/figures/{cdv_study_figure}.png",
+            caption="../report/cdv.rst",
+            category="CDV study",
+            subcategory="Figures",
+        ),
+        pdf="results/figures/{cdv_study_figure}.pdf",
+    log:
+        "results/logs/cdv/figures/{cdv_study_figure}.log",
+    wildcard_constraints:
+        cdv_study_figure="cdv_experiments|cdv_classifier_study",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    script:
+        "../../scripts/cdv_study_figure.py"

@@ -635,6 +635,13 @@ def cdv_outputs():
     outputs += [
         f"results/figures/{n}.{ext}" for n in CDV_FIGURES for ext in ("png", "pdf")
     ]
+    # Figures 2/6 and 5, drawn from the study tables when those are built.
+    outputs += [
+        f"results/figures/{n}.{ext}"
+        for n in ("cdv_experiments", "cdv_classifier_study")
+        if n in cdv_table_names()
+        for ext in ("png", "pdf")
+    ]
     if config["cdv"]["dpo"]["export"]:
         outputs += ["results/cdv/dpo/train.jsonl", "results/cdv/dpo/test.jsonl"]
     if config["cdv"]["dpo"]["train"]:

@@ -254,3 +254,50 @@ def _experiment_cells(table: pd.DataFrame) -> pd.DataFrame:
         return f"{row['experiment']}[{cell}]"
 
     return table.assign(experiment=table.apply(name, axis=1))
+
+
+def classifier_study_figure(table: pd.DataFrame):
+    """Figure 5: precision, recall and F0.5 of every classifier on the test split (grouped bars)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    test = table[table["split"] == "test"].set_index("classifier")
+    metrics = ["precision", "recall", "f0.5"]
+    fig, ax = plt.subplots(figsize=(1.5 + 0.9 * max(1, len(test)), 3))
+    width = 0.8 / len(metrics)
+    for i, metric in enumerate(metrics):
+        values = pd.to_numeric(test[metric], errors="coerce").fillna(0.0) if len(test) else []
+        ax.bar([x + i * width for x in range(len(test))], values, width, label=metric)
+    ax.set_xticks([x + width for x in range(len(test))], list(test.index), rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("test split")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def experiments_figure(table: pd.DataFrame):
+    """Figures 2 and 6: per experiment and search cell, each evaluated model's accuracy on the originals and
+    on the perturbed questions (mean over datasets), one panel per experiment cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    named = _experiment_cells(table) if not table.empty else table
+    panels = sorted(named["experiment"].unique()) if not named.empty else []
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(3.2 * max(1, len(panels)), 3), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=False):
+        rows = named[named["experiment"] == panel].groupby("model")[["acc_original", "acc_perturbed"]].mean()
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], rows["acc_original"].fillna(0.0), 0.4, label="original")
+        ax.bar([i + 0.2 for i in x], rows["acc_perturbed"].fillna(0.0), 0.4, label="perturbed")
+        ax.set_xticks(list(x), list(rows.index), rotation=40, ha="right", fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.set_title(panel, fontsize=8)
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
