@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -351,3 +352,24 @@ def test_study_figures_draw_from_their_tables(study, tmp_path):
     assert len(figure.axes[0].patches) == 2 * 3
     save_figure(figure, tmp_path / "f.png", tmp_path / "f.pdf", dpi=50)
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("cdv", "key"),
+    [
+        (
+            {"experiments": {"x": {"n": 5, "cells": [{"proxy": "smollm2-135m", "victim": "nope"}]}}},
+            "experiments.x.cells[0].victim",
+        ),
+        ({"classifier": {"prompt_models": ["nope"]}}, "classifier.prompt_models[0]"),
+        ({"classifier": {"cost_study": {"enabled": True, "proxy": "nope"}}}, "classifier.cost_study.proxy"),
+    ],
+)
+def test_an_unknown_model_in_the_experiments_is_a_one_line_config_error(cdv, key):
+    from helpers import ROOT
+
+    from stressprobe.config import validate_config
+
+    config = {"cdv": cdv}  # the default registry: the demo model
+    with pytest.raises(StressprobeError, match=rf"cdv\.{re.escape(key)}': model 'nope'"):
+        validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
