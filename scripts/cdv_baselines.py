@@ -15,6 +15,7 @@ def main(smk):
             smk.params.settings["max_tokens"],
             smk.params.temperature,
             smk.params.seed,
+            smk.params.settings["prompt_only"],
         )
         write_merged_usage(clients, smk.output.usage)
     write_jsonl(smk.output.baselines, records)

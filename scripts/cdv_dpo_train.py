@@ -1,29 +1,32 @@
-"""Optional DPO training with TRL on the exported pairs (GPU; runs in envs/dpo.yaml)."""
+"""Optional DPO training with TRL on the exported pairs, then the held-out evaluation before and after
+(Table 5); GPU, runs in envs/dpo.yaml."""
 
-from stressprobe.io import write_json
+from pathlib import Path
+
+from stressprobe.cdv.dpo import train_and_evaluate
+from stressprobe.io import read_jsonl, write_json
 from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
-    from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
 
-    data = load_dataset("json", data_files={"train": smk.input.train, "test": smk.input.test})
-    tokenizer = AutoTokenizer.from_pretrained(smk.params.base_model)
-    model = AutoModelForCausalLM.from_pretrained(smk.params.base_model)
-    out_dir = str(smk.output.done).rsplit("/", 1)[0]
-    args = DPOConfig(output_dir=out_dir, seed=smk.params.seed, report_to=[])
-    trainer = DPOTrainer(
-        model=model,
-        args=args,
-        train_dataset=data["train"],
-        eval_dataset=data["test"],
-        processing_class=tokenizer,
+    settings = smk.params.settings
+    tokenizer = AutoTokenizer.from_pretrained(settings["base_model"])
+    model = AutoModelForCausalLM.from_pretrained(settings["base_model"])
+    out_dir = str(Path(smk.output.done).parent)
+    result = train_and_evaluate(
+        model,
+        tokenizer,
+        read_jsonl(smk.input.train),
+        read_jsonl(smk.input.validation),
+        read_jsonl(smk.input.heldout),
+        settings,
+        out_dir,
+        smk.params.seed,
     )
-    trainer.train()
-    trainer.save_model(out_dir)
-    write_json(smk.output.done, {"base_model": smk.params.base_model, "metrics": trainer.evaluate()})
+    result.pop("trainer").save_model(out_dir)
+    write_json(smk.output.done, {"base_model": settings["base_model"], **result})
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -9,11 +9,11 @@ from stressprobe.snakemake_io import cache_path, log, run_script
 
 
 def main(smk):
-    questions = read_jsonl(smk.input.questions)
     cells = smk.params.cells
     mitigation = list(zip(smk.output.mitigation, smk.output.mitigation_usage, strict=True))
     with role_clients(smk.params.models, {"eval": smk.wildcards.model}, cache_path(smk)) as clients:
         for i, cell in enumerate(cells):
+            questions = read_jsonl(smk.input[f"questions_{i}"])
             perturbed = read_jsonl(smk.input[f"perturbed_{i}"])
             baselines_path = smk.input.get(f"baselines_{i}", "")
             baselines = read_jsonl(baselines_path) if baselines_path else []
@@ -44,8 +44,7 @@ def main(smk):
                 write_jsonl(records_path, records)
                 log.info(
                     "%s/%s: %d records (mitigation %s)",
-                    cell["proxy"],
-                    cell["victim"],
+                    *cell,
                     len(records),
                     mitigated,
                 )

@@ -3,6 +3,7 @@
 import dataclasses
 from pathlib import Path
 
+from stressprobe.cdv.experiments import nested_sample
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_topics
@@ -47,7 +48,7 @@ def main(smk):
         cache.close()
     for cell in smk.params.cdv_cells:
         dataset, roles = cell["dataset"], cell["roles"]
-        questions = read_jsonl(smk.input[f"cdv_{dataset}"])
+        questions = nested_sample(read_jsonl(smk.input[f"cdv_{dataset}"]), cell.get("n"), cell.get("seed", 0))
         rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
         # The value-function ablation searches the cell once more per variant, with the same bound.
         for variant in smk.params.cdv["value_variants"]:

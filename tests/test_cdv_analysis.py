@@ -216,3 +216,28 @@ def test_scripted_search_records_have_the_issue_fields():
         "tokens",
     }
     assert all(required <= set(r) for r in records)
+
+
+def test_prompt_only_is_the_search_prompt_applied_once_or_the_projects_own():
+    from stressprobe.cdv.baselines import prompt_only_target
+    from stressprobe.cdv.prompts import PROXY_SYSTEM, proxy_messages
+
+    class Recorder:
+        def __init__(self):
+            self.requests = []
+
+        def generate(self, requests):
+            self.requests += requests
+            return [Response(texts=["Some trivia."]) for _ in requests]
+
+    item = make_item("q1")
+    paper = Recorder()
+    (_, prompt_only) = baseline_questions(paper, [item], 32, 0.7, 5)
+    target = prompt_only_target(item, 5)
+    assert target != item["answer_index"] and prompt_only["target_option"] == "ABCD"[target]
+    expected = proxy_messages(item["question"], item["choices"], item["answer_index"], target)
+    assert paper.requests[1].messages == expected and paper.requests[1].temperature == 0.7
+    own = Recorder()
+    baseline_questions(own, [item], 32, 0.7, 5, prompt_only="own")
+    assert own.requests[1].messages[0] == ("system", PROXY_SYSTEM)
+    assert own.requests[1].messages != expected and "irrelevant background" in own.requests[1].messages[1][1]

@@ -61,11 +61,24 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["judge_qrels"] == judge_cells
     assert jobs["ndcg"] == judge_cells + len(judging["datasets"])  # + the human qrels of each dataset
     assert jobs["summarize"] == len(judging["datasets"])
-    search_cells = len(cdv["datasets"]) * len(cdv["cells"])
-    assert jobs["cdv_search"] == search_cells
+    pairs = {(c["proxy"], c["victim"]) for e in cdv["experiments"].values() for c in e["cells"]}
+    search_cells = len(cdv["datasets"]) * len(pairs)
+    cost_cells = len(cdv["datasets"]) * 2  # classifier-selected and random questions (Table 3)
+    assert jobs["cdv_search"] == search_cells + cost_cells
+    # vLLM evaluators answer every cell of a dataset in one job (one model load), the others one job per cell.
     vllm_evaluated = [m for m in cdv["eval_models"] if m in vllm]
-    assert jobs["cdv_eval"] == search_cells * (len(cdv["eval_models"]) - len(vllm_evaluated))
+    cell_evaluated = len(cdv["eval_models"]) - len(vllm_evaluated)
+    assert jobs["cdv_eval"] == search_cells * cell_evaluated
+    assert jobs["cdv_mitigation"] == search_cells * cell_evaluated
     assert jobs["cdv_eval_vllm"] == len(cdv["datasets"]) * len(vllm_evaluated)
+    assert jobs["cdv_baselines"] == search_cells
+    # One nested subsample per (dataset, sample size): 100 (self-search) and 300 (scale-up).
+    assert jobs["cdv_subsample"] == len(cdv["datasets"]) * 2
+    assert jobs["cdv_filter_select"] == len(cdv["datasets"])
+    assert jobs["cdv_classifier"] == 1 and jobs["cdv_dpo_export"] == 1 and jobs["cdv_dpo_train"] == 1
+    # experiments, classifier study, filter cost, DPO, vs_paper
+    assert jobs["cdv_study_table"] == 5
+    assert jobs["cdv_study_figure"] == 2  # Figures 2/6 (experiments) and 5 (classifier study)
     # Downloads are jobs of the DAG, not work done while it is built.
     assert jobs["prepare_dataset"] == len(judging["datasets"])
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])
@@ -119,3 +132,68 @@ def test_vllm_models_load_once_per_dataset_and_rule(workdir):
     assert after and max(after.values()) == 1, sorted(after.items(), key=lambda kv: -kv[1])[:3]
     before = count_loads(workdir, grouped=False)
     assert max(before.values()) == 9  # a judge job per condition: 9 loads per (model, dataset)
+
+
+SEVEN = {
+    "gpt-4o-mini",
+    "gemma-2-27b",
+    "llama-3.1-8b",
+    "qwen2.5-72b",
+    "o1-mini",
+    "gpt-4o",
+    "claude-3.5-sonnet",
+}
+
+
+def test_cdv_experiments_are_the_papers(paper):
+    cdv, models = paper["cdv"], paper["models"]
+    self_search, scale_up = cdv["experiments"]["self_search"], cdv["experiments"]["scale_up"]
+    # (a) proxy = victim for five models on 100 questions per dataset
+    assert self_search["n"] == 100
+    assert {(c["proxy"], c["victim"]) for c in self_search["cells"]} == {
+        (m, m) for m in ("gpt-4o", "gpt-4o-mini", "llama-3.1-70b", "qwen2.5-72b", "gemma-2-27b")
+    }
+    # (b) GPT-4o-mini on 300 questions per dataset
+    assert scale_up["n"] == 300 and scale_up["cells"] == [{"proxy": "gpt-4o-mini", "victim": "gpt-4o-mini"}]
+    assert set(cdv["eval_models"]) == SEVEN and len(cdv["eval_models"]) == 7
+    # (c) baselines by Claude; (d) mitigation on the evaluators
+    assert cdv["baseline_model"] == "claude-3.5-sonnet" and cdv["mitigation"]["enabled"]
+    # (e) labels from the scale-up cell, 80/10/10; prompt classifiers; the cost experiment
+    classifier = cdv["classifier"]
+    assert classifier["label_cells"] == scale_up["cells"]
+    assert (classifier["validation_fraction"], classifier["test_fraction"]) == (0.1, 0.1)
+    assert set(classifier["prompt_models"]) == SEVEN and classifier["kind"] == "trained"
+    assert classifier["cost_study"]["enabled"] and classifier["cost_study"]["n"] * len(cdv["datasets"]) == 100
+    assert (classifier["lora"]["learning_rate"], classifier["lora"]["epochs"]) == (1e-4, 5)
+    # (f) DPO: 80/10/20 by question, lr 2e-4, 5 epochs, sigmoid
+    dpo = cdv["dpo"]
+    assert dpo["train"] and (dpo["test_fraction"], dpo["validation_fraction"]) == (0.2, 0.1)
+    assert (dpo["learning_rate"], dpo["epochs"], dpo["loss_type"]) == (2e-4, 5, "sigmoid")
+    # reasoning model and non-OpenAI model through OpenAI-compatible endpoints
+    assert models["o1-mini"]["token_limit_param"] == "max_completion_tokens"
+    assert "temperature" in models["o1-mini"]["unsupported_params"]
+    assert models["claude-3.5-sonnet"]["base_url"].startswith("https://api.anthropic.com")
+
+
+@pytest.mark.parametrize(
+    ("victim", "sample"),
+    [
+        ("gemma-2-27b", "results/cdv/data/n100/MMLU.jsonl"),
+        ("gpt-4o-mini", "results/cdv/data/n300/MMLU.jsonl"),
+    ],
+)
+def test_each_cell_searches_its_experiments_sample(workdir, victim, sample):
+    proc, _, _ = dry_run(workdir, f"results/cdv/MMLU/{victim}/{victim}/search.jsonl")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    block = re.search(r"^rule cdv_search:\n((?:    .*\n)*)", proc.stdout + proc.stderr, re.M)
+    assert block and f"input: {sample}" in block.group(1)
+
+
+def test_cost_experiment_searches_selected_and_random_questions(workdir):
+    proc, _, _ = dry_run(workdir, "results/tables/cdv_filter_cost.csv")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout + proc.stderr
+    for selection in ("selected", "random"):
+        assert f"results/cdv/data/MMLU.{selection}.jsonl" in out
+        assert f"results/cdv/MMLU.{selection}/gpt-4o-mini/gpt-4o-mini/search.summary.json" in out
+    assert "results/cdv/classifier/pool.jsonl" in out

@@ -96,3 +96,26 @@ def referenced_models(config: dict[str, Any]) -> Iterator[tuple[str, str]]:
     classifier_model = cdv.get("classifier", {}).get("model")
     if classifier_model:
         yield "cdv.classifier.model", classifier_model
+    yield from cdv_experiment_models(cdv)
+
+
+def cdv_experiment_models(cdv: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The models named by the CDV experiments, the classifier study and the cost experiment."""
+    for name, experiment in sorted(cdv.get("experiments", {}).items()):
+        for i, cell in enumerate(experiment.get("cells", [])):
+            for role in ("proxy", "victim"):
+                if cell.get(role):
+                    yield f"cdv.experiments.{name}.cells[{i}].{role}", cell[role]
+        for i, model in enumerate(experiment.get("eval_models") or []):
+            yield f"cdv.experiments.{name}.eval_models[{i}]", model
+    classifier = cdv.get("classifier", {})
+    for i, model in enumerate(classifier.get("prompt_models", [])):
+        yield f"cdv.classifier.prompt_models[{i}]", model
+    for i, cell in enumerate(classifier.get("label_cells", [])):
+        for role in ("proxy", "victim"):
+            if cell.get(role):
+                yield f"cdv.classifier.label_cells[{i}].{role}", cell[role]
+    cost = classifier.get("cost_study") or {}
+    for role in ("proxy", "victim"):
+        if cost.get(role):
+            yield f"cdv.classifier.cost_study.{role}", cost[role]

@@ -19,6 +19,8 @@ rule cdv_prepare:
         "results/cdv/data/{dataset}.jsonl",
     log:
         "results/logs/cdv/prepare/{dataset}.log",
+    wildcard_constraints:
+        dataset=cdv_dataset_pattern(),
     localrule: True
     conda:
         "../../envs/data.yaml"
@@ -31,9 +33,54 @@ rule cdv_prepare:
         "../../scripts/cdv_prepare.py"
 
 
+rule cdv_subsample:
+    input:
+        "results/cdv/data/{dataset}.jsonl",
+    output:
+        "results/cdv/data/n{n}/{dataset}.jsonl",
+    log:
+        "results/logs/cdv/subsample/n{n}/{dataset}.log",
+    wildcard_constraints:
+        dataset=cdv_dataset_pattern(),
+        n=r"\d+",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_subsample.py"
+
+
+rule cdv_filter_select:
+    input:
+        pool="results/cdv/classifier/pool.jsonl",
+        questions="results/cdv/data/{dataset}.jsonl",
+    output:
+        selected="results/cdv/data/{dataset}.selected.jsonl",
+        random="results/cdv/data/{dataset}.random.jsonl",
+    log:
+        "results/logs/cdv/filter_select/{dataset}.log",
+    wildcard_constraints:
+        dataset=cdv_dataset_pattern(),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        study=cdv_cost_study(),
+        threshold=config["cdv"]["classifier"]["threshold"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_filter_select.py"
+
+
 rule cdv_search:
     input:
-        questions="results/cdv/data/{dataset}.jsonl",
+        questions=cdv_cell_questions,
     output:
         search=f"{CDV_CELL}/search.jsonl",
         perturbed=f"{CDV_CELL}/perturbed.jsonl",
@@ -98,7 +145,7 @@ use rule cdv_search as cdv_search_variant with:
 
 rule cdv_baselines:
     input:
-        questions="results/cdv/data/{dataset}.jsonl",
+        questions=cdv_cell_questions,
     output:
         baselines=f"{CDV_CELL}/baselines.jsonl",
         usage=f"{CDV_CELL}/baselines.usage.json",
@@ -155,7 +202,7 @@ rule cdv_eval:
 
 rule cdv_mitigation:
     input:
-        questions="results/cdv/data/{dataset}.jsonl",
+        questions=cdv_cell_questions,
         perturbed=f"{CDV_CELL}/perturbed.jsonl",
     output:
         records=f"{CDV_CELL}/mitigation/{{model}}.jsonl",
@@ -186,13 +233,15 @@ rule cdv_mitigation:
 
 rule cdv_classifier:
     input:
-        searches=cdv_cell_files("search.jsonl"),
+        searches=cdv_label_files("search.jsonl"),
         # Each cell's roles -> model names, to price the cost columns by the models that actually ran.
-        summaries=cdv_cell_files("search.summary.json"),
+        summaries=cdv_label_files("search.summary.json"),
         questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
     output:
         predictions="results/cdv/classifier/predictions.jsonl",
         metrics="results/cdv/classifier/metrics.json",
+        # Unlabelled questions scored by the trained classifier: the cost experiment's pool.
+        pool="results/cdv/classifier/pool.jsonl",
     log:
         "results/logs/cdv/classifier.log",
     benchmark:
@@ -218,7 +267,9 @@ rule cdv_dpo_export:
         evals=cdv_eval_files("eval"),
     output:
         train="results/cdv/dpo/train.jsonl",
+        validation="results/cdv/dpo/validation.jsonl",
         test="results/cdv/dpo/test.jsonl",
+        heldout="results/cdv/dpo/heldout.jsonl",
     log:
         "results/logs/cdv/dpo_export.log",
     localrule: True
@@ -228,6 +279,7 @@ rule cdv_dpo_export:
         **config["resources"]["small"],
     params:
         test_fraction=config["cdv"]["dpo"]["test_fraction"],
+        validation_fraction=config["cdv"]["dpo"]["validation_fraction"],
         seed=config["seed"],
     script:
         "../../scripts/cdv_dpo_export.py"
@@ -236,7 +288,8 @@ rule cdv_dpo_export:
 rule cdv_dpo_train:
     input:
         train="results/cdv/dpo/train.jsonl",
-        test="results/cdv/dpo/test.jsonl",
+        validation="results/cdv/dpo/validation.jsonl",
+        heldout="results/cdv/dpo/heldout.jsonl",
     output:
         done="results/cdv/dpo/model/done.json",
     log:
@@ -250,7 +303,7 @@ rule cdv_dpo_train:
         mem_mb=32000,
         runtime=720,
     params:
-        base_model=config["cdv"]["dpo"]["base_model"],
+        settings=config["cdv"]["dpo"],
         seed=config["seed"],
     script:
         "../../scripts/cdv_dpo_train.py"
@@ -315,3 +368,87 @@ rule cdv_figure:
         figure=analysis_figure_options(),
     script:
         "../../scripts/cdv_figure.py"
+
+
+# The paper's experiment tables (stressprobe.cdv.paper_report); the names are also cdv_table's pattern.
+ruleorder: cdv_study_table > cdv_table
+
+
+rule cdv_study_table:
+    input:
+        unpack(lambda w: cdv_study_inputs(w.cdv_study_table)),
+    output:
+        csv=report(
+            "results/tables/{cdv_study_table}.csv",
+            caption="../report/cdv.rst",
+            category="CDV study",
+            subcategory="Tables",
+        ),
+        md="results/tables/{cdv_study_table}.md",
+        tex="results/tables/{cdv_study_table}.tex",
+    log:
+        "results/logs/cdv/tables/{cdv_study_table}.log",
+    wildcard_constraints:
+        cdv_study_table="|".join(CDV_STUDY_TABLES),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        experiments=config["cdv"]["experiments"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_study_table.py"
+
+
+rule cdv_classifier_lora:
+    input:
+        predictions="results/cdv/classifier/predictions.jsonl",
+        questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
+    output:
+        "results/cdv/classifier/lora/{lora}.json",
+    log:
+        "results/logs/cdv/classifier_lora/{lora}.log",
+    benchmark:
+        "results/benchmarks/cdv/classifier_lora/{lora}.tsv"
+    conda:
+        "../../envs/dpo.yaml"
+    resources:
+        gpu=1,
+        mem_mb=64000,
+        runtime=720,
+    params:
+        base_model=lambda w: cdv_lora_models()[w.lora],
+        settings=config["cdv"]["classifier"]["lora"],
+        threshold=config["cdv"]["classifier"]["threshold"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_classifier_lora.py"
+
+
+ruleorder: cdv_study_figure > cdv_figure
+
+
+rule cdv_study_figure:
+    input:
+        table="results/tables/{cdv_study_figure}.csv",
+    output:
+        png=report(
+            "results/figures/{cdv_study_figure}.png",
+            caption="../report/cdv.rst",
+            category="CDV study",
+            subcategory="Figures",
+        ),
+        pdf="results/figures/{cdv_study_figure}.pdf",
+    log:
+        "results/logs/cdv/figures/{cdv_study_figure}.log",
+    wildcard_constraints:
+        cdv_study_figure="cdv_experiments|cdv_classifier_study",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    script:
+        "../../scripts/cdv_study_figure.py"

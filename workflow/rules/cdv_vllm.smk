@@ -27,7 +27,7 @@ rule cdv_eval_vllm:
         runtime=lambda w: llm_resources(w.model)["runtime"],
     params:
         models=lambda w: cdv_models_of([w.model]),
-        cells=config["cdv"]["cells"],
+        cells=cdv_group_cells(),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
         temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),

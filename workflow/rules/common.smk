@@ -1,5 +1,7 @@
 # Shared helpers and input functions. Stage-specific ones are grouped below under a heading per stage.
+import re
 import sys
+from types import SimpleNamespace
 from pathlib import Path
 
 from stressprobe.config import validate_config
@@ -7,6 +9,7 @@ from stressprobe.errors import StressprobeError
 from stressprobe.io import output_path_problem
 from stressprobe.llm import answer_prefill
 from stressprobe.provenance import git_commit
+import stressprobe.cdv.experiments as _cdv_experiments
 
 
 def stop_on_error(check, *args):
@@ -547,21 +550,40 @@ def cdv_datasets():
     return list(config["cdv"]["datasets"])
 
 
+def cdv_cell_specs():
+    """(proxy, victim) -> n, eval_models and experiments, from `cdv.cells` and `cdv.experiments`."""
+    return _cdv_experiments.cell_specs(config["cdv"])
+
+
 def cdv_cells():
-    """(dataset, proxy, victim) of every search cell."""
-    return [
-        (d, c["proxy"], c["victim"])
-        for d in cdv_datasets()
-        for c in config["cdv"]["cells"]
-    ]
+    """(dataset, proxy, victim) of every search cell of the study (not the cost experiment's)."""
+    return [(d, p, v) for d in cdv_datasets() for p, v in cdv_cell_specs()]
+
+
+def cdv_cell_n(proxy, victim):
+    """Questions per dataset searched in a cell (None = the dataset's whole sample)."""
+    spec = cdv_cell_specs().get((proxy, victim))
+    return spec["n"] if spec else None
+
+
+def cdv_cell_questions(wildcards):
+    """A cell's questions: the dataset's sample, its nested subsample of the cell's n, or (for the cost
+    experiment's `<dataset>.selected` / `.random` datasets) the selection."""
+    n = cdv_cell_n(wildcards.proxy, wildcards.victim)
+    if wildcards.dataset in cdv_datasets() and n is not None:
+        return f"results/cdv/data/n{n}/{wildcards.dataset}.jsonl"
+    return f"results/cdv/data/{wildcards.dataset}.jsonl"
 
 
 def cdv_cell_dir(dataset, proxy, victim):
     return f"results/cdv/{dataset}/{proxy}/{victim}"
 
 
-def cdv_eval_models(victim):
-    """Models evaluated on a cell: `cdv.eval_models`, or the cell's victim when the list is empty."""
+def cdv_eval_models(victim, proxy=None):
+    """Models evaluated on a cell: its experiments' (else `cdv.eval_models`, else the cell's victim)."""
+    spec = cdv_cell_specs().get((proxy, victim)) if proxy else None
+    if spec:
+        return spec["eval_models"]
     return config["cdv"]["eval_models"] or [victim]
 
 
@@ -594,7 +616,7 @@ def cdv_baseline_model(wildcards):
 def cdv_eval_inputs(wildcards):
     cell = cdv_cell_dir(wildcards.dataset, wildcards.proxy, wildcards.victim)
     inputs = {
-        "questions": f"results/cdv/data/{wildcards.dataset}.jsonl",
+        "questions": cdv_cell_questions(wildcards),
         "perturbed": f"{cell}/perturbed.jsonl",
     }
     if config["cdv"]["baselines"]["enabled"]:
@@ -612,7 +634,7 @@ def cdv_eval_files(kind="eval"):
     return [
         f"{cdv_cell_dir(d, p, v)}/{kind}/{model}.jsonl"
         for d, p, v in cdv_cells()
-        for model in cdv_eval_models(v)
+        for model in cdv_eval_models(v, p)
     ]
 
 
@@ -624,35 +646,46 @@ def cdv_grouped_eval_models():
     """
     if not config["cdv"]["eval"]["vllm_one_job_per_dataset"]:
         return []
-    return [m for m in config["cdv"]["eval_models"] if is_vllm(m)]
+    return [
+        m
+        for m in config["cdv"]["eval_models"]
+        if is_vllm(m) and all(m in cdv_eval_models(v, p) for p, v in cdv_cell_specs())
+    ]
 
 
 CDV_VLLM_EVAL_RE = _alternation(cdv_grouped_eval_models())
 # cdv_eval and cdv_mitigation: every evaluated model except the grouped ones.
 CDV_CELL_EVAL_RE = _alternation(
     sorted(
-        {m for _, _, v in cdv_cells() for m in cdv_eval_models(v)}
+        {m for _, p, v in cdv_cells() for m in cdv_eval_models(v, p)}
         - set(cdv_grouped_eval_models())
     )
 )
 
 
+def cdv_group_cells():
+    """(proxy, victim) of every search cell, in a fixed order: a grouped vLLM evaluation covers them all."""
+    return sorted(cdv_cell_specs())
+
+
 def cdv_group_outputs(kind, suffix):
-    """`{kind}/{model}{suffix}` of every configured cell of a dataset (wildcards kept); none for
-    mitigation when it is off."""
+    """`{kind}/{model}{suffix}` of every search cell of a dataset (wildcards kept); none for mitigation when
+    it is off."""
     if kind == "mitigation" and not config["cdv"]["mitigation"]["enabled"]:
         return []
     return [
-        f"results/cdv/{{dataset}}/{c['proxy']}/{c['victim']}/{kind}/{{model}}{suffix}"
-        for c in config["cdv"]["cells"]
+        f"results/cdv/{{dataset}}/{proxy}/{victim}/{kind}/{{model}}{suffix}"
+        for proxy, victim in cdv_group_cells()
     ]
 
 
 def cdv_eval_group_inputs(wildcards):
-    """The dataset's questions, and every cell's perturbed questions (and baselines when enabled)."""
-    inputs = {"questions": f"results/cdv/data/{wildcards.dataset}.jsonl"}
-    for i, c in enumerate(config["cdv"]["cells"]):
-        cell = cdv_cell_dir(wildcards.dataset, c["proxy"], c["victim"])
+    """Every cell's questions (its experiment's sample) and perturbed questions (and baselines when enabled)."""
+    inputs = {}
+    for i, (proxy, victim) in enumerate(cdv_group_cells()):
+        cell = cdv_cell_dir(wildcards.dataset, proxy, victim)
+        spec = SimpleNamespace(dataset=wildcards.dataset, proxy=proxy, victim=victim)
+        inputs[f"questions_{i}"] = cdv_cell_questions(spec)
         inputs[f"perturbed_{i}"] = f"{cell}/perturbed.jsonl"
         if config["cdv"]["baselines"]["enabled"]:
             inputs[f"baselines_{i}"] = f"{cell}/baselines.jsonl"
@@ -679,11 +712,58 @@ def cdv_variant_files(name):
 
 
 def cdv_classifier_roles():
-    """Models of the post-hoc classifier job: the prompt classifier's model per victim."""
+    """Models of the post-hoc classifier job: the prompt classifier's model per victim, and the study's
+    prompt-based classifiers."""
     classifier = config["cdv"]["classifier"]
-    if classifier["kind"] != "prompt":
+    names = set(classifier["prompt_models"])
+    if classifier["kind"] == "prompt":
+        names |= {classifier["model"] or v for _, _, v in cdv_label_cells()}
+    return sorted(names)
+
+
+def cdv_label_cells():
+    """(dataset, proxy, victim) of the cells whose searches label the classifier's questions."""
+    chosen = {
+        (c["proxy"], c["victim"]) for c in config["cdv"]["classifier"]["label_cells"]
+    }
+    return [cell for cell in cdv_cells() if not chosen or cell[1:] in chosen]
+
+
+def cdv_label_files(name):
+    return [f"{cdv_cell_dir(*cell)}/{name}" for cell in cdv_label_cells()]
+
+
+def cdv_cost_study():
+    """The cost experiment's settings with its proxy and victim resolved; None when it is off."""
+    study = dict(config["cdv"]["classifier"]["cost_study"])
+    if not study["enabled"] or not cdv_label_cells():
+        return None
+    _, proxy, victim = cdv_label_cells()[0]
+    study["proxy"] = study["proxy"] or proxy
+    study["victim"] = study["victim"] or victim
+    return study
+
+
+def cdv_cost_cells():
+    """(dataset, proxy, victim) of the cost experiment's searches (datasets `<name>.<selection>`)."""
+    study = cdv_cost_study()
+    if study is None:
         return []
-    return sorted({classifier["model"] or v for _, _, v in cdv_cells()})
+    return [
+        (_cdv_experiments.selection_dataset(d, s), study["proxy"], study["victim"])
+        for d in cdv_datasets()
+        for s in _cdv_experiments.SELECTIONS
+    ]
+
+
+def cdv_dataset_pattern():
+    """A regex of exactly the configured dataset names (so `MMLU.selected` or `n100/MMLU` are not one)."""
+    return "|".join(re.escape(d) for d in cdv_datasets()) or "(?!)"
+
+
+def cdv_experiment_samples():
+    """Experiment name -> n, for the tables that keep an experiment's own sample."""
+    return {name: e["n"] for name, e in sorted(config["cdv"]["experiments"].items())}
 
 
 CDV_TABLES = ["cdv_search", "cdv_accuracy"]
@@ -700,6 +780,16 @@ def cdv_table_names():
         names.append("cdv_mitigation")
     if config["cdv"]["classifier"]["kind"] != "none":
         names.append("cdv_classifier")
+    if config["cdv"]["classifier"]["prompt_models"]:
+        names.append("cdv_classifier_study")
+    if cdv_cost_study():
+        names.append("cdv_filter_cost")
+    if config["cdv"]["experiments"]:
+        names.append("cdv_experiments")
+    if config["cdv"]["dpo"]["train"]:
+        names.append("cdv_dpo")
+    if config["cdv"]["paper_values"]:
+        names.append("cdv_vs_paper")
     return names
 
 
@@ -715,6 +805,13 @@ def cdv_outputs():
     outputs += [
         f"results/figures/{n}.{ext}" for n in CDV_FIGURES for ext in ("png", "pdf")
     ]
+    # Figures 2/6 and 5, drawn from the study tables when those are built.
+    outputs += [
+        f"results/figures/{n}.{ext}"
+        for n in ("cdv_experiments", "cdv_classifier_study")
+        if n in cdv_table_names()
+        for ext in ("png", "pdf")
+    ]
     if config["cdv"]["dpo"]["export"]:
         outputs += ["results/cdv/dpo/train.jsonl", "results/cdv/dpo/test.jsonl"]
     if config["cdv"]["dpo"]["train"]:
@@ -725,7 +822,8 @@ def cdv_outputs():
 def cdv_cell_prices():
     """Price of every model that some cell's search runs under some role (the classifier job's cost
     columns): as a param, editing an unrelated model's price reruns nothing."""
-    names = {name for _, p, v in cdv_cells() for name in cell_roles(p, v).values()}
+    cells = cdv_cells() + cdv_cost_cells()
+    names = {name for _, p, v in cells for name in cell_roles(p, v).values()}
     return {name: config["models"][name].get("price", {}) for name in sorted(names)}
 
 
@@ -763,7 +861,7 @@ def cost_inputs(wildcards):
 
 
 def cost_cdv_datasets():
-    enabled = cdv_enabled() and config["cdv"]["cells"]
+    enabled = cdv_enabled() and cdv_cell_specs()
     return cdv_datasets() if enabled else []
 
 
@@ -774,8 +872,83 @@ def cost_cdv_cells():
         {
             "dataset": dataset,
             "roles": cell_roles(proxy, victim),
-            "eval_models": cdv_eval_models(victim),
+            "eval_models": cdv_eval_models(victim, proxy),
+            # The cell's nested subsample of the dataset's questions (n, seed).
+            "n": cdv_cell_n(proxy, victim),
+            "seed": config["seed"],
         }
         for dataset, proxy, victim in cdv_cells()
         if dataset in datasets
     ]
+
+
+# ---- cdv: the paper's experiments (tables of stressprobe.cdv.paper_report) ----
+
+CDV_STUDY_TABLES = [
+    "cdv_experiments",
+    "cdv_classifier_study",
+    "cdv_filter_cost",
+    "cdv_dpo",
+    "cdv_vs_paper",
+]
+
+
+def cdv_lora_models():
+    """File name -> Hugging Face id of the LoRA classifiers (none unless `classifier.lora.enabled`)."""
+    lora = config["cdv"]["classifier"]["lora"]
+    if not lora["enabled"]:
+        return {}
+    return {_cdv_experiments.file_name(model): model for model in lora["base_models"]}
+
+
+def cdv_study_inputs(name):
+    """What each study table reads; cdv_vs_paper reads every one the config turns on."""
+    classifier = config["cdv"]["classifier"]
+    parts = {
+        "cdv_experiments": (
+            {
+                "evals": cdv_eval_files("eval"),
+                "questions": expand(
+                    "results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()
+                ),
+            }
+            if config["cdv"]["experiments"]
+            else {}
+        ),
+        "cdv_classifier_study": (
+            {
+                "classifier": "results/cdv/classifier/metrics.json",
+                "lora": [
+                    f"results/cdv/classifier/lora/{f}.json" for f in cdv_lora_models()
+                ],
+            }
+            if classifier["prompt_models"]
+            else {}
+        ),
+        "cdv_filter_cost": (
+            {
+                "cost_summaries": [
+                    f"{cdv_cell_dir(*cell)}/search.summary.json"
+                    for cell in cdv_cost_cells()
+                ]
+            }
+            if cdv_cost_study()
+            else {}
+        ),
+        "cdv_dpo": (
+            {"dpo": "results/cdv/dpo/model/done.json"}
+            if config["cdv"]["dpo"]["train"]
+            else {}
+        ),
+    }
+    if name != "cdv_vs_paper":
+        return parts[name]
+    merged = {
+        "paper_values": config["cdv"]["paper_values"],
+        "all_evals": cdv_eval_files("eval"),
+    }
+    if config["cdv"]["mitigation"]["enabled"]:
+        merged["mitigation"] = cdv_eval_files("mitigation")
+    for part in parts.values():
+        merged.update(part)
+    return merged

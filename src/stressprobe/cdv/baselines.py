@@ -2,16 +2,47 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from stressprobe.cdv.prompts import clean_context, elaborated_messages, prompt_only_messages, with_context
+from stressprobe.cdv.prompts import (
+    clean_context,
+    elaborated_messages,
+    letter,
+    prompt_only_messages,
+    proxy_messages,
+    with_context,
+)
 from stressprobe.llm import Request
 
 KINDS = ("elaborated", "prompt_only")
 
 
+def prompt_only_target(question: dict[str, Any], seed: int) -> int:
+    """The wrong option a Prompt-only perturbation steers toward: a seeded draw per question (the search
+    tries every wrong option; the baseline has one try)."""
+    wrong = [i for i in range(len(question["choices"])) if i != question["answer_index"]]
+    return random.Random(f"{seed}/{question['qid']}").choice(wrong)
+
+
+def baseline_messages(question: dict[str, Any], kind: str, prompt_only: str, seed: int) -> tuple:
+    """The prompt of one baseline rewrite. Prompt-only is the search's own perturbation prompt applied once
+    (`search_prompt`, the paper's baseline) or the project's generic distraction prompt (`own`)."""
+    if kind == "elaborated":
+        return elaborated_messages(question["question"], question["choices"])
+    if prompt_only == "search_prompt":
+        target = prompt_only_target(question, seed)
+        return proxy_messages(question["question"], question["choices"], question["answer_index"], target)
+    return prompt_only_messages(question["question"], question["choices"])
+
+
 def baseline_questions(
-    client: Any, questions: list[dict[str, Any]], max_tokens: int, temperature: float, seed: int
+    client: Any,
+    questions: list[dict[str, Any]],
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    prompt_only: str = "search_prompt",
 ) -> list[dict[str, Any]]:
     """One rewrite of each kind per question (one batch); an empty or off-format reply is recorded, not used.
 
@@ -19,10 +50,9 @@ def baseline_questions(
     original question, as the search does.
     """
     jobs = [(q, kind) for q in questions for kind in KINDS]
-    builders = {"elaborated": elaborated_messages, "prompt_only": prompt_only_messages}
     requests = [
         Request(
-            messages=builders[kind](q["question"], q["choices"]),
+            messages=baseline_messages(q, kind, prompt_only, seed),
             max_tokens=max_tokens,
             temperature=temperature,
             seed=seed,
@@ -39,6 +69,11 @@ def baseline_questions(
             {
                 "qid": q["qid"],
                 "kind": kind,
+                "target_option": (
+                    letter(prompt_only_target(q, seed))
+                    if kind == "prompt_only" and prompt_only == "search_prompt"
+                    else None
+                ),
                 "question": question,
                 "length_ratio": None if question is None else round(len(question) / len(q["question"]), 4),
                 "status": "error" if response.error else ("ok" if question else "unparsed"),

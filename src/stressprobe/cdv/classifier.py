@@ -151,3 +151,160 @@ def cell_filter_effect(
         if r["keep"] and r["dataset"] == cell["dataset"] and r["victim"] == cell["victim"]
     }
     return filter_effect([r for r in records if r["qid"] in test_qids], keep, prices)
+
+
+# ---- the classifier study (Table 7, Figure 5) ----
+
+NO_CLASSIFIER = "none"
+TRAINED = "trained"
+
+
+def study_splits(
+    keys: list[str], validation_fraction: float, test_fraction: float, seed: int
+) -> dict[str, str]:
+    """key -> train, validation or test: the test part as `split_keys`, then validation from the rest.
+
+    Fractions are of all keys; with validation_fraction 0 the split is `split_keys`'s exactly.
+    """
+    train, test = split_keys(keys, test_fraction, seed)
+    validation: list[str] = []
+    if validation_fraction > 0 and len(train) > 1:
+        train, validation = split_keys(train, validation_fraction / (1 - test_fraction), seed + 1)
+    return {
+        **{k: "train" for k in train},
+        **{k: "validation" for k in validation},
+        **{k: "test" for k in test},
+    }
+
+
+def trained_scores(
+    vectors: dict[str, np.ndarray], labels: dict[str, list[int]], train_qids: set[str]
+) -> dict[str, float]:
+    """p for every qid of `vectors` from a logistic regression fitted on the training qids' labels (one
+    training row per labelled (cell, question), so a question searched for several victims counts for each)."""
+    train = [(qid, y) for qid in sorted(train_qids) for y in labels.get(qid, [])]
+    model = fit_logit(np.array([vectors[q] for q, _ in train]), np.array([y for _, y in train]))
+    qids = sorted(vectors)
+    if not qids:
+        return {}
+    predicted = predict_logit(model, np.array([vectors[q] for q in qids]))
+    return {q: float(p) for q, p in zip(qids, predicted, strict=True)}
+
+
+def classifier_metrics(
+    rows: list[dict[str, Any]], scores: dict[str, float], threshold: float
+) -> dict[str, dict[str, Any]]:
+    """Per split: questions, positives, precision, recall and F0.5 of keeping p >= threshold."""
+    result = {}
+    for split in ("train", "validation", "test"):
+        part = [r for r in rows if r["split"] == split]
+        if not part:
+            continue
+        labels = [r["label"] for r in part]
+        kept = [int(scores.get(r["qid"], 1.0) >= threshold) for r in part]
+        result[split] = {"n": len(part), "positives": sum(labels), **precision_recall_f(labels, kept)}
+    return result
+
+
+def classifier_study(
+    rows: list[dict[str, Any]],
+    splits: dict[str, str],
+    vectors: dict[str, np.ndarray] | None,
+    prompt_scores: dict[str, dict[str, float]],
+    threshold: float,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
+    """Every classifier of the study scored on the same labelled rows and splits.
+
+    `rows`: one per (cell, qid) with `label`; `vectors`: qid -> embedding of every labelled question (None =
+    no trained classifier); `prompt_scores`: model -> qid -> p. Returns (classifier -> qid -> p, classifier ->
+    split -> metrics). The no-classifier baseline keeps every question (recall 1, precision = base rate).
+    """
+    labelled = {r["qid"] for r in rows}
+    for row in rows:
+        row["split"] = splits[row["qid"]]
+    scores: dict[str, dict[str, float]] = {NO_CLASSIFIER: dict.fromkeys(sorted(labelled), 1.0)}
+    if vectors is not None:
+        labels: dict[str, list[int]] = {}
+        for row in rows:
+            labels.setdefault(row["qid"], []).append(row["label"])
+        train_qids = {q for q in labelled if splits[q] == "train"}
+        scores[TRAINED] = trained_scores(vectors, labels, train_qids)
+    for model, found in sorted(prompt_scores.items()):
+        scores[f"prompt:{model}"] = found
+    metrics = {name: classifier_metrics(rows, found, threshold) for name, found in scores.items()}
+    return scores, metrics
+
+
+def run_classifier(
+    cells: list[tuple[dict[str, str], list[dict[str, Any]], dict[str, Any]]],
+    questions: dict[str, dict[str, Any]],
+    settings: dict[str, Any],
+    seed: int,
+    embed: Any,
+    ask: Any,
+    prices: dict[str, dict[str, float]],
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """The classifier job: the configured classifier (`kind`) with its filter effect, the study's classifiers
+    (Table 7) on the same splits, and the unlabelled questions scored by the configured classifier.
+
+    cells: (cell, search records, search summary) of each label cell; questions: qid -> question of every
+    dataset's sample; embed(texts) -> vectors; ask(model, [question]) -> qid -> p (prompt classifier).
+    Returns (one row per labelled (cell, qid), the metrics document, the scored pool).
+    """
+    threshold = settings["threshold"]
+    rows = [row for cell, records, _ in cells for row in labelled_rows(cell, records)]
+    qids = sorted({r["qid"] for r in rows})
+    # The pool: questions no label cell searched at all (not only the unlabelled ones: an original the
+    # victim already failed was searched, and is no fresh question for the cost experiment).
+    searched = {r["qid"] for _, records, _ in cells for r in records}
+    pool_qids = sorted(set(questions) - searched - set(qids))
+    splits = study_splits(qids, settings["validation_fraction"], settings["test_fraction"], seed)
+    vectors = None
+    if settings["kind"] == "trained" or settings["prompt_models"]:
+        embedded = qids + (pool_qids if settings["kind"] == "trained" else [])
+        vectors = dict(zip(embedded, embed([questions[q]["question"] for q in embedded]), strict=True))
+    prompt_scores = {model: ask(model, [questions[q] for q in qids]) for model in settings["prompt_models"]}
+    scores, study = classifier_study(rows, splits, vectors, prompt_scores, threshold)
+    # The configured classifier: p per row (the prompt classifier of `model` or of each row's victim).
+    if settings["kind"] == "prompt":
+        by_model: dict[str, set[str]] = {}
+        for row in rows:
+            by_model.setdefault(settings["model"] or row["victim"], set()).add(row["qid"])
+        asked = {m: ask(m, [questions[q] for q in sorted(found)]) for m, found in sorted(by_model.items())}
+        for row in rows:
+            row["p"] = asked[settings["model"] or row["victim"]][row["qid"]]
+        pool_scores = (
+            ask(settings["model"], [questions[q] for q in pool_qids])
+            if settings["model"] and pool_qids
+            else {}
+        )
+    else:
+        chosen = scores.get(TRAINED if settings["kind"] == "trained" else NO_CLASSIFIER, {})
+        for row in rows:
+            row["p"] = chosen.get(row["qid"], 1.0)
+        pool_scores = chosen
+    for row in rows:
+        row["keep"] = row["p"] >= threshold
+    test_qids = {q for q, split in splits.items() if split == "test"}
+    test = [r for r in rows if r["split"] == "test"]
+    metrics = {
+        "kind": settings["kind"],
+        "threshold": threshold,
+        "n_train": len(rows) - len(test),
+        "n_test": len(test),
+        "positives_test": sum(r["label"] for r in test),
+        **precision_recall_f([r["label"] for r in test], [int(r["keep"]) for r in test]),
+        "filter_effect": {
+            "/".join(cell.values()): cell_filter_effect(
+                cell, records, test, test_qids, role_prices(summary, prices)
+            )
+            for cell, records, summary in cells
+        },
+        "study": study,
+        "labelled_questions": len(qids),
+        "splits": {s: sum(1 for v in splits.values() if v == s) for s in ("train", "validation", "test")},
+    }
+    pool = [
+        {"qid": q, "dataset": questions[q].get("dataset"), "p": pool_scores.get(q, 1.0)} for q in pool_qids
+    ]
+    return rows, metrics, pool

@@ -8,10 +8,11 @@ model's). Pairs are split by original question so that no question is in both tr
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from stressprobe.cdv.classifier import split_keys
-from stressprobe.cdv.prompts import letter, victim_messages
+from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
 
 
 def _conversation(messages: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
@@ -57,3 +58,165 @@ def split_pairs(
     train_set = set(train_groups)
     strip = [({k: v for k, v in p.items() if k != "group"}, p["group"] in train_set) for p in pairs]
     return [p for p, is_train in strip if is_train], [p for p, is_train in strip if not is_train]
+
+
+# ---- the paper's DPO experiment (A.2, Table 5): split, train, evaluate before and after ----
+
+
+def split_pair_groups(
+    pairs: list[dict[str, Any]], validation_fraction: float, test_fraction: float, seed: int
+) -> dict[str, list[dict[str, Any]]]:
+    """train / validation / test pairs split by original question (`group`); the test part is
+    `split_pairs`'s, validation a share of the rest. `group` stays on the pairs (see `trl_rows`)."""
+    groups = sorted({p["group"] for p in pairs})
+    train, test = split_keys(groups, test_fraction, seed)
+    validation: list[str] = []
+    if validation_fraction > 0 and len(train) > 1:
+        train, validation = split_keys(train, validation_fraction, seed + 1)
+    part_of = {**dict.fromkeys(train, "train"), **dict.fromkeys(validation, "validation")}
+    part_of.update(dict.fromkeys(test, "test"))
+    parts: dict[str, list[dict[str, Any]]] = {"train": [], "validation": [], "test": []}
+    for pair in pairs:
+        parts[part_of[pair["group"]]].append(pair)
+    return parts
+
+
+def trl_rows(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The three columns TRL's DPOTrainer reads (prompt, chosen, rejected)."""
+    return [{k: p[k] for k in ("prompt", "chosen", "rejected")} for p in pairs]
+
+
+def heldout_questions(
+    dataset: str, perturbed: list[dict[str, Any]], groups: set[str]
+) -> list[dict[str, Any]]:
+    """The perturbed questions of the held-out groups, as the trained model is asked them."""
+    return [
+        {
+            "group": f"{dataset}/{p['qid']}",
+            "node_id": p["node_id"],
+            "prompt": _conversation(victim_messages(p["question"], p["choices"])),
+            "n_choices": len(p["choices"]),
+            "answer_index": p["answer_index"],
+        }
+        for p in perturbed
+        if f"{dataset}/{p['qid']}" in groups
+    ]
+
+
+def before_after(before: list[bool], after: list[bool]) -> dict[str, float | int | None]:
+    """Table 5's columns from per-question correctness before and after training.
+
+    retain: share of the questions answered wrong before that are still wrong after (the issue's
+    definition); kept_correct: share of those answered right before that are still right.
+    """
+    n = len(before)
+    wrong_before = [a for b, a in zip(before, after, strict=True) if not b]
+    right_before = [a for b, a in zip(before, after, strict=True) if b]
+    acc_before = sum(before) / n if n else None
+    acc_after = sum(after) / n if n else None
+    return {
+        "n": n,
+        "accuracy_before": acc_before,
+        "accuracy_after": acc_after,
+        "difference": None if n == 0 else acc_after - acc_before,
+        "retain": sum(not a for a in wrong_before) / len(wrong_before) if wrong_before else None,
+        "kept_correct": sum(right_before) / len(right_before) if right_before else None,
+    }
+
+
+def answer_correct(text: str, question: dict[str, Any]) -> bool:
+    answer = parse_answer(text, question["n_choices"], None)
+    return answer == question["answer_index"]
+
+
+def generate_answers(
+    model: Any, tokenizer: Any, questions: list[dict[str, Any]], max_tokens: int
+) -> list[str]:
+    """Greedy answers of a transformers causal LM to chat prompts (one at a time: no padding questions)."""
+    import torch
+
+    texts = []
+    model.eval()
+    for question in questions:
+        ids = tokenizer.apply_chat_template(
+            question["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        with torch.no_grad():
+            output = model.generate(
+                **ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+        texts.append(tokenizer.decode(output[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
+    return texts
+
+
+def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides: Any) -> Any:
+    """TRL's DPOConfig from `cdv.dpo` (lr, epochs, beta, loss type, batch size, length)."""
+    from trl import DPOConfig
+
+    arguments = {
+        "output_dir": output_dir,
+        "learning_rate": settings["learning_rate"],
+        "num_train_epochs": settings["epochs"],
+        "beta": settings["beta"],
+        "loss_type": [settings["loss_type"]],  # TRL 1.x takes a list of losses
+        "per_device_train_batch_size": settings["batch_size"],
+        "per_device_eval_batch_size": settings["batch_size"],
+        "max_length": settings["max_length"],
+        "seed": seed,
+        "report_to": [],
+        "save_strategy": "no",
+        **overrides,
+    }
+    return DPOConfig(**arguments)
+
+
+def train_and_evaluate(
+    model: Any,
+    tokenizer: Any,
+    train: list[dict[str, Any]],
+    validation: list[dict[str, Any]],
+    heldout: list[dict[str, Any]],
+    settings: dict[str, Any],
+    output_dir: str,
+    seed: int,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Answer the held-out questions, train with DPO, answer them again: Table 5's row and the trainer's log.
+
+    `overrides` go to DPOConfig (tests: max_steps, use_cpu)."""
+    from datasets import Dataset
+    from trl import DPOTrainer
+
+    before = generate_answers(model, tokenizer, heldout, settings["eval_max_tokens"])
+    peft_config = None
+    if settings.get("lora_rank"):
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=settings["lora_rank"], task_type="CAUSAL_LM")
+    # The frozen reference is a copy of the starting model (TRL would reload it from the model's hub id,
+    # which a model built or modified in memory does not have); with LoRA the adapter-free model is it.
+    ref_model = None if peft_config is not None else copy.deepcopy(model)
+    trainer = DPOTrainer(
+        model=model,
+        ref_model=ref_model,
+        args=dpo_config(settings, output_dir, seed, **overrides),
+        train_dataset=Dataset.from_list(trl_rows(train)),
+        eval_dataset=Dataset.from_list(trl_rows(validation)) if validation else None,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+    )
+    trainer.train()
+    after = generate_answers(trainer.model, tokenizer, heldout, settings["eval_max_tokens"])
+    correct_before = [answer_correct(t, q) for t, q in zip(before, heldout, strict=True)]
+    correct_after = [answer_correct(t, q) for t, q in zip(after, heldout, strict=True)]
+    return {
+        "evaluation": before_after(correct_before, correct_after),
+        "train_pairs": len(train),
+        "validation_pairs": len(validation),
+        "log_history": trainer.state.log_history,
+        "answers": [
+            {"node_id": q["node_id"], "before": b, "after": a}
+            for q, b, a in zip(heldout, before, after, strict=True)
+        ],
+        "trainer": trainer,
+    }

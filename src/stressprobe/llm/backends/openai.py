@@ -91,7 +91,21 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
         max_retries=int(entry.get("max_retries", 6)),
         backoff_s=float(entry.get("backoff_s", 1.0)),
         extra=extra_body(name, entry),
+        api=api_settings(entry),
     )
+
+
+# A model entry's `unsupported_params` (temperature, top_p, seed, stop, logprobs) are parameters its API
+# refuses (o1-mini takes no temperature): they are left out of the body and the API's own default applies;
+# a request that needs logprobs from such a model fails instead of silently getting none.
+API_DEFAULTS = {"token_limit_param": "max_tokens", "unsupported_params": (), "system_role": "system"}
+
+
+def api_settings(entry: dict[str, Any]) -> dict[str, Any]:
+    """How this model's API differs from OpenAI's chat completions (defaults: not at all)."""
+    settings = {key: entry.get(key) or default for key, default in API_DEFAULTS.items()}
+    settings["unsupported_params"] = tuple(settings["unsupported_params"])
+    return settings
 
 
 def backoff_delay(attempt: int, base_s: float, retry_after: float | None) -> float:
@@ -119,13 +133,22 @@ def extra_body(name: str, entry: dict[str, Any]) -> dict[str, Any]:
     return extra
 
 
-def chat_arguments(model: str, request: Request, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The chat.completions.create arguments for a Request (plus a server's `extra` fields)."""
+def chat_arguments(
+    model: str, request: Request, api: dict[str, Any] | None = None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The chat.completions.create arguments for a Request, in the shape the model's API takes (`api`,
+    from `api_settings`): the name of the output-token limit, the parameters it refuses, the system role; plus a server's `extra` fields."""
+    api = api or API_DEFAULTS
+    messages = request.message_dicts()
+    if api["system_role"] == "user":
+        messages = fold_system_messages(messages)
+    elif api["system_role"] != "system":
+        messages = [{**m, "role": api["system_role"]} if m["role"] == "system" else m for m in messages]
     arguments: dict[str, Any] = {
         **(extra or {}),
         "model": model,
-        "messages": request.message_dicts(),
-        "max_tokens": request.max_tokens,
+        "messages": messages,
+        api["token_limit_param"]: request.max_tokens,
         "temperature": request.temperature,
         "top_p": request.top_p,
         "n": request.n,
@@ -133,10 +156,25 @@ def chat_arguments(model: str, request: Request, extra: dict[str, Any] | None = 
     }
     if request.stop:
         arguments["stop"] = list(request.stop)
+    for name in api["unsupported_params"]:
+        arguments.pop(name, None)
     if request.logprobs:
         arguments["logprobs"] = True
         arguments["top_logprobs"] = request.logprobs
     return arguments
+
+
+def fold_system_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """System messages prepended to the first user message, for APIs without a system role (o1-mini)."""
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if system:
+        first_user = next((m for m in rest if m["role"] == "user"), None)
+        if first_user is None:
+            rest.insert(0, {"role": "user", "content": system})
+        else:
+            first_user["content"] = f"{system}\n\n{first_user['content']}"
+    return rest
 
 
 def parse_completion(completion: dict[str, Any], request: Request) -> Response:
@@ -175,8 +213,10 @@ class OpenAIBackend(AsyncBackend):
         max_retries: int,
         backoff_s: float,
         extra: dict[str, Any] | None = None,
+        api: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity, concurrency)
+        self.api = api or API_DEFAULTS
         from openai import AsyncOpenAI  # slow to import, and only this backend needs it
 
         self.model = model
@@ -238,7 +278,9 @@ class OpenAIBackend(AsyncBackend):
         if request.prefill is not None:
             # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
             return Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer")
-        arguments = chat_arguments(self.model, request, self.extra_body)
+        if request.logprobs and "logprobs" in self.api["unsupported_params"]:
+            return Response.failure(f"{self.name}: this model's API returns no logprobs (unsupported_params)")
+        arguments = chat_arguments(self.model, request, self.api, self.extra_body)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             outcome = await self._attempt(arguments, request)

@@ -1,0 +1,17 @@
+"""One figure of the CDV paper's experiments (png, pdf) from its table: Figures 2/6 (cdv_experiments) and
+Figure 5 (cdv_classifier_study)."""
+
+import pandas as pd
+
+from stressprobe.cdv import paper_report as pr
+from stressprobe.plots import save_figure
+from stressprobe.snakemake_io import run_script
+
+
+def main(smk):
+    table = pd.read_csv(smk.input.table)
+    builders = {"cdv_experiments": pr.experiments_figure, "cdv_classifier_study": pr.classifier_study_figure}
+    save_figure(builders[smk.wildcards.cdv_study_figure](table), smk.output.png, smk.output.pdf, dpi=150)
+
+
+run_script(main, snakemake)  # noqa: F821

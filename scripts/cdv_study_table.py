@@ -1,0 +1,40 @@
+"""One table of the CDV paper's experiments (csv, md, tex), chosen by the output's name."""
+
+from stressprobe.cdv import paper_report as pr
+from stressprobe.snakemake_io import run_script
+from stressprobe.tables import stem, write_table
+
+
+def tables(smk) -> dict:
+    """Every study table this job's inputs allow, by name."""
+    inputs, built = smk.input, {}
+    if hasattr(inputs, "evals"):
+        built["cdv_experiments"] = pr.experiments_table(
+            smk.params.experiments, inputs.evals, inputs.questions, smk.params.seed
+        )
+    if hasattr(inputs, "classifier"):
+        built["cdv_classifier_study"] = pr.classifier_study_table(inputs.classifier, list(inputs.lora))
+    if hasattr(inputs, "cost_summaries"):
+        built["cdv_filter_cost"] = pr.filter_cost_table(inputs.cost_summaries)
+    if hasattr(inputs, "all_evals"):
+        from stressprobe.cdv import report
+
+        built["cdv_baselines"] = report.baselines_table(inputs.all_evals)
+        if hasattr(inputs, "mitigation"):
+            built["cdv_mitigation"] = report.mitigation_table(inputs.all_evals, inputs.mitigation)
+    if hasattr(inputs, "dpo"):
+        built["cdv_dpo"] = pr.dpo_table(inputs.dpo)
+    return built
+
+
+def main(smk):
+    name = smk.wildcards.cdv_study_table
+    built = tables(smk)
+    if name == "cdv_vs_paper":
+        table = pr.vs_paper_table(pr.read_paper_values(smk.input.paper_values), pr.run_values(built))
+    else:
+        table = built[name]
+    write_table(table, stem(smk.output.csv), decimals={})
+
+
+run_script(main, snakemake)  # noqa: F821

@@ -1,0 +1,373 @@
+"""The CDV paper's experiments at toy scale: experiment cells and nested samples, the classifier study
+(Table 7) and its cost experiment (Table 3), and the comparison with published values."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from stressprobe.cdv import paper_report
+from stressprobe.cdv.classifier import NO_CLASSIFIER, TRAINED, run_classifier, study_splits
+from stressprobe.cdv.experiments import cell_specs, experiment_qids, nested_sample, select_questions
+from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
+from stressprobe.errors import StressprobeError
+from tests.support.cdv_scripted import ScriptedModel, make_item
+
+SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
+
+
+def test_experiments_merge_into_cells_with_the_largest_sample_and_all_evaluators():
+    cdv = {
+        "cells": [{"proxy": "p", "victim": "v", "n": 5}],
+        "eval_models": ["e1"],
+        "experiments": {
+            "self_search": {"n": 100, "eval_models": None, "cells": [{"proxy": "a", "victim": "a"}]},
+            "scale_up": {"n": 300, "eval_models": ["e2"], "cells": [{"proxy": "a", "victim": "a"}]},
+        },
+    }
+    specs = cell_specs(cdv)
+    assert specs[("p", "v")] == {"n": 5, "eval_models": ["e1"], "experiments": ["cells"]}
+    assert specs[("a", "a")]["n"] == 300
+    assert specs[("a", "a")]["eval_models"] == ["e2", "e1"]
+    assert sorted(specs[("a", "a")]["experiments"]) == ["scale_up", "self_search"]
+    # a null n (all questions) wins over any number
+    cdv["experiments"]["all"] = {"n": None, "eval_models": None, "cells": [{"proxy": "a", "victim": "a"}]}
+    assert cell_specs(cdv)[("a", "a")]["n"] is None
+
+
+def test_nested_samples_keep_file_order_and_the_small_one_is_inside_the_large_one():
+    items = [{"qid": f"q{i:03d}"} for i in range(500)]
+    small, large = nested_sample(items, 100, 42), nested_sample(items, 300, 42)
+    assert len(small) == 100 and len(large) == 300
+    assert {q["qid"] for q in small} <= {q["qid"] for q in large}
+    assert [q["qid"] for q in large] == sorted(q["qid"] for q in large)
+    assert nested_sample(items, 100, 42) == small and nested_sample(items, 100, 7) != small
+    assert nested_sample(items, None, 42) == items and experiment_qids(items, 100, 42) == {
+        q["qid"] for q in small
+    }
+
+
+def test_study_splits_are_80_10_10_and_disjoint():
+    keys = [f"k{i}" for i in range(1200)]
+    splits = study_splits(keys, 0.1, 0.1, 3)
+    counts = {s: sum(v == s for v in splits.values()) for s in ("train", "validation", "test")}
+    assert counts == {"train": 960, "validation": 120, "test": 120}
+    assert study_splits(keys, 0.1, 0.1, 3) == splits
+
+
+# A toy study: questions whose text says "fragile" are the perturbable ones (the scripted victim fails
+# them once a distraction is added); the others resist every distraction.
+def _items(n):
+    return [
+        make_item(f"q{i:02d}", question=f"{'A fragile' if i % 2 else 'A sturdy'} question number {i}?")
+        for i in range(n)
+    ]
+
+
+def _victim():
+    return ScriptedModel(correct=lambda contexts, q: 0 if contexts and "fragile" in q else 3)
+
+
+def _embed(texts):
+    # One informative feature and some noise: the logistic regression can learn "fragile".
+    return [[1.0 if "fragile" in t else 0.0, (len(t) % 7) / 7.0, 0.5] for t in texts]
+
+
+def _ask(model, questions):
+    # A prompt classifier that is right about half of the questions: says yes to everything with an even digit.
+    return {q["qid"]: 1.0 if int(q["qid"][-1]) % 2 == 0 else 0.0 for q in questions}
+
+
+@pytest.fixture(scope="module")
+def study():
+    items = _items(40)
+    labelled, pool = items[:30], items[30:]
+    states = run_search(labelled, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+    records = search_records(states)
+    cell = {"dataset": "toy", "proxy": "p", "victim": "v"}
+    summary = {"proxy": "p", "victim": "v", "semantic": "p"}
+    settings = {
+        "kind": "trained",
+        "threshold": 0.5,
+        "model": None,
+        "test_fraction": 0.2,
+        "validation_fraction": 0.1,
+        "prompt_models": ["judge-a"],
+    }
+    questions = {q["qid"]: {**q, "dataset": "toy"} for q in items}
+    rows, metrics, scored_pool = run_classifier(
+        [(cell, records, summary)], questions, settings, 0, _embed, _ask, {}
+    )
+    return rows, metrics, scored_pool, records, pool
+
+
+def test_classifier_study_reports_every_classifier_on_the_same_test_split(study):
+    rows, metrics, _, _, _ = study
+    labels = {r["qid"]: r["label"] for r in rows}
+    assert labels == {q: int(int(q[1:]) % 2 == 1) for q in labels}  # fragile = odd = perturbable
+    assert metrics["splits"] == {"train": 21, "validation": 3, "test": 6}
+    study_metrics = metrics["study"]
+    assert set(study_metrics) == {NO_CLASSIFIER, TRAINED, "prompt:judge-a"}
+    test = [r for r in rows if r["split"] == "test"]
+    base_rate = sum(r["label"] for r in test) / len(test)
+    # No classifier keeps everything: recall 1, precision = the base rate of perturbable questions.
+    assert study_metrics[NO_CLASSIFIER]["test"]["recall"] == 1.0
+    assert study_metrics[NO_CLASSIFIER]["test"]["precision"] == pytest.approx(base_rate)
+    # The trained classifier learned the informative feature; the even-digit prompt classifier is wrong on
+    # every perturbable question (odd digits).
+    assert study_metrics[TRAINED]["test"]["f_beta"] == 1.0
+    assert study_metrics["prompt:judge-a"]["test"]["recall"] == 0.0
+    # The configured classifier (trained) drives the old top-level metrics, on the same test split.
+    assert metrics["n_test"] == 6 and metrics["f_beta"] == 1.0
+
+
+def test_pool_is_the_unlabelled_questions_scored_and_selection_keeps_the_kept_ones(study):
+    _, _, pool, _, unlabelled = study
+    assert {r["qid"] for r in pool} == {q["qid"] for q in unlabelled}
+    fragile = {q["qid"] for q in unlabelled if "fragile" in q["question"]}
+    assert {r["qid"] for r in pool if r["p"] >= 0.5} == fragile
+    chosen = select_questions(pool, 3, 0.5, 1)
+    assert len(chosen["selected"]) == 3 and set(chosen["selected"]) <= fragile
+    assert len(chosen["random"]) == 3 and set(chosen["random"]) <= {r["qid"] for r in pool}
+    # fewer kept than asked: all kept ones
+    assert set(select_questions(pool, 50, 0.5, 1)["selected"]) == fragile
+
+
+def _write_summary(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summarize_search(records, {})), encoding="utf-8")
+    return str(path)
+
+
+def test_filter_cost_table_compares_selected_with_random_questions(tmp_path):
+    fragile = [q for q in _items(8) if "fragile" in q["question"]]
+    mixed = _items(8)
+    paths = []
+    for selection, items in (("selected", fragile), ("random", mixed)):
+        states = run_search(items, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+        cell = tmp_path / f"results/cdv/toy.{selection}/p/v/search.summary.json"
+        paths.append(_write_summary(cell, search_records(states)))
+    table = paper_report.filter_cost_table(paths).set_index(["dataset", "selection"])
+    assert table.loc[("toy", "with_filter"), "success_rate"] == 1.0
+    assert table.loc[("toy", "without_filter"), "success_rate"] == 0.5
+    assert table.loc[("all", "with_filter"), "questions"] == len(fragile)
+    assert table.loc[("toy", "with_filter"), "tokens_per_perturbed_question"] > 0
+
+
+def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank(tmp_path):
+    values = tmp_path / "values.csv"
+    values.write_text(
+        "# a comment line\n"
+        "table,experiment,dataset,model,column,value,value_high,source\n"
+        "Table 3,filter_cost,all,with_filter,success_rate,0.82,,test value\n"
+        "Table 1,scale_up,all,m,acc_perturbed,0.1,0.3,test range\n"
+        "Table 7,classifier_study,all,trained,f0.5,0.7,,not in this run\n"
+        "Table 4,mitigation,A,m,acc_perturbed_mitigated,0.5,,test value\n"
+        "Figure 2,self_search[v2],B,m,acc_perturbed,0.5,,test value\n",
+        encoding="utf-8",
+    )
+    built = {
+        "cdv_filter_cost": pd.DataFrame(
+            [{"dataset": "all", "selection": "with_filter", "success_rate": 0.75}]
+        ),
+        "cdv_experiments": pd.DataFrame(
+            [
+                {
+                    "experiment": "scale_up",
+                    "dataset": d,
+                    "model": "m",
+                    "acc_original": 0.9,
+                    "acc_perturbed": a,
+                }
+                | {"acc_original_paired": 0.9, "delta": 0.9 - a}
+                for d, a in (("A", 0.2), ("B", 0.3))
+            ]
+        ),
+    }
+    built["cdv_experiments"] = pd.concat(
+        [
+            built["cdv_experiments"].assign(proxy="p", victim="v"),
+            pd.DataFrame(
+                [
+                    {"experiment": "self_search", "dataset": "B", "proxy": v, "victim": v, "model": "m"}
+                    | {"acc_original": 0.9, "acc_original_paired": 0.9, "acc_perturbed": a, "delta": 0.9 - a}
+                    for v, a in (("v1", 0.6), ("v2", 0.3))
+                ]
+            ),
+        ]
+    )
+    built["cdv_mitigation"] = pd.DataFrame(
+        [{"dataset": "A", "proxy": "p", "victim": "v", "model": "m", "acc_perturbed_mitigated": 0.4}]
+    )
+    table = paper_report.vs_paper_table(
+        paper_report.read_paper_values(values), paper_report.run_values(built)
+    ).set_index("table")
+    assert table.loc["Table 3", "run"] == 0.75
+    assert table.loc["Table 3", "run_minus_paper"] == pytest.approx(0.75 - 0.82)
+    assert table.loc["Table 1", "run"] == pytest.approx(0.25)  # the mean over datasets
+    assert bool(table.loc["Table 1", "within_range"]) is True
+    assert pd.isna(table.loc["Table 7", "run"])
+    assert table.loc["Table 4", "run"] == 0.4
+    assert table.loc["Figure 2", "run"] == pytest.approx(0.3)  # victim v2's row, not v1's
+
+
+def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "values.csv"
+    bad.write_text("table,value\nTable 1,0.5\n", encoding="utf-8")
+    with pytest.raises(StressprobeError, match="missing column"):
+        paper_report.read_paper_values(bad)
+
+
+def test_the_shipped_values_file_reads_and_every_value_has_a_source():
+    from tests.support.helpers import ROOT
+
+    values = paper_report.read_paper_values(ROOT / "resources" / "cdv" / "paper_values.csv")
+    assert len(values) >= 3 and (values["source"].str.len() > 0).all()
+    assert set(values["experiment"]) <= {"scale_up", "self_search", "filter_cost", "classifier_study", "dpo"}
+
+
+@pytest.mark.slow
+def test_lora_classifier_trains_on_the_training_split_and_is_scored_like_the_others(study, tmp_path):
+    pytest.importorskip("peft", reason="the `dpo` extra (peft, transformers) is not installed")
+    from stressprobe.cdv.lora_classifier import lora_metrics, train_lora_classifier
+    from tests.support.toy_hf import toy_model_and_tokenizer
+
+    rows = study[0]
+    questions = {q["qid"]: q for q in _items(40)}
+    model, tokenizer = toy_model_and_tokenizer([q["question"] for q in questions.values()], classifier=True)
+    settings = {"learning_rate": 1e-4, "epochs": 5, "rank": 4}
+    scores = train_lora_classifier(
+        model, tokenizer, rows, questions, settings, str(tmp_path), 0, max_steps=2, use_cpu=True
+    )
+    assert set(scores) == {r["qid"] for r in rows} and all(0 <= p <= 1 for p in scores.values())
+    metrics = lora_metrics(rows, scores, 0.5)
+    assert set(metrics) == {"train", "validation", "test"} and metrics["test"]["n"] == 6
+
+
+def test_classifier_study_table_lists_lora_classifiers_beside_the_others(study, tmp_path):
+    _, metrics, _, _, _ = study
+    metrics_path, lora_path = tmp_path / "metrics.json", tmp_path / "lora.json"
+    metrics_path.write_text(json.dumps(metrics), encoding="utf-8")
+    lora = {"classifier": "lora:org/model", "study": {"test": {"n": 6, "positives": 3} | _prf(0.5, 1.0)}}
+    lora_path.write_text(json.dumps(lora), encoding="utf-8")
+    table = paper_report.classifier_study_table(str(metrics_path), [str(lora_path)])
+    test = table[table["split"] == "test"].set_index("classifier")
+    assert set(test.index) == {NO_CLASSIFIER, TRAINED, "prompt:judge-a", "lora:org/model"}
+    assert test.loc["lora:org/model", "precision"] == 0.5 and test.loc[TRAINED, "f0.5"] == 1.0
+
+
+def _prf(precision, recall):
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f_beta": 1.25 * precision * recall / (0.25 * precision + recall),
+    }
+
+
+def test_an_original_the_victim_already_fails_is_neither_labelled_nor_in_the_pool():
+    items = _items(6) + [make_item("doomed", question="A doomed question?")]
+    victim = ScriptedModel(
+        correct=lambda contexts, q: 0 if "doomed" in q or (contexts and "fragile" in q) else 3
+    )
+    states = run_search(items[3:], {r: victim for r in ("proxy", "semantic", "victim")}, SETTINGS)
+    settings = {
+        "kind": "trained",
+        "threshold": 0.5,
+        "model": None,
+        "test_fraction": 0.3,
+        "validation_fraction": 0,
+        "prompt_models": [],
+    }
+    rows, _, pool = run_classifier(
+        [
+            (
+                {"dataset": "toy", "proxy": "p", "victim": "v"},
+                search_records(states),
+                {"proxy": "p", "victim": "v", "semantic": "p"},
+            )
+        ],
+        {q["qid"]: q for q in items},
+        settings,
+        0,
+        _embed,
+        _ask,
+        {},
+    )
+    assert "doomed" not in {r["qid"] for r in rows}
+    assert {r["qid"] for r in pool} == {q["qid"] for q in items[:3]}
+
+
+def test_experiments_table_keeps_each_experiments_sample_and_prints_the_papers_delta(tmp_path):
+    from stressprobe.io import write_jsonl
+
+    questions = [make_item(f"q{i}") for i in range(4)]
+    data = tmp_path / "results/cdv/data/toy.jsonl"
+    data.parent.mkdir(parents=True)
+    write_jsonl(data, questions)
+    small = experiment_qids(questions, 2, 0)
+
+    def record(qid, condition, correct):
+        return {"qid": qid, "condition": condition, "correct": correct, "status": "ok"}
+
+    # Every original right; a perturbed version of each question, wrong only for the small sample's ones;
+    # Prompt-only wrong everywhere.
+    records = [record(q["qid"], "original", True) for q in questions]
+    records += [record(q["qid"], "perturbed", q["qid"] not in small) for q in questions]
+    records += [record(q["qid"], "prompt_only", False) for q in questions]
+    evals = tmp_path / "results/cdv/toy/a/a/eval/m.jsonl"
+    evals.parent.mkdir(parents=True)
+    write_jsonl(evals, records)
+    cell = [{"proxy": "a", "victim": "a"}]
+    experiments = {"small": {"n": 2, "cells": cell}, "large": {"n": 4, "cells": cell}}
+    table = paper_report.experiments_table(experiments, [str(evals)], [str(data)], 0).set_index("experiment")
+    assert table.loc["small", "n_original"] == 2 and table.loc["large", "n_original"] == 4
+    assert table.loc["small", "acc_perturbed"] == 0.0 and table.loc["large", "acc_perturbed"] == 0.5
+    assert table.loc["small", "delta"] == 1.0 and table.loc["large", "delta"] == 0.5  # original - perturbed
+    assert table.loc["large", "acc_prompt_only"] == 0.0 and pd.isna(table.loc["large", "acc_elaborated"])
+
+
+def test_study_figures_draw_from_their_tables(study, tmp_path):
+    from stressprobe.plots import save_figure
+
+    _, metrics, _, _, _ = study
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(metrics), encoding="utf-8")
+    figure = paper_report.classifier_study_figure(paper_report.classifier_study_table(str(path)))
+    assert len(figure.axes[0].patches) == 3 * 3  # three classifiers x precision, recall, F0.5
+    table = pd.DataFrame(
+        [
+            {"experiment": "self_search", "dataset": d, "proxy": v, "victim": v, "model": m}
+            | {"acc_original": 0.9, "acc_perturbed": 0.2}
+            for d in ("A", "B")
+            for v in ("v1", "v2")
+            for m in ("m1", "m2", "m3")
+        ]
+    )
+    figure = paper_report.experiments_figure(table)
+    assert [ax.get_title() for ax in figure.axes] == ["self_search[v1]", "self_search[v2]"]
+    assert len(figure.axes[0].patches) == 2 * 3
+    save_figure(figure, tmp_path / "f.png", tmp_path / "f.pdf", dpi=50)
+    assert (tmp_path / "f.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("cdv", "key"),
+    [
+        (
+            {"experiments": {"x": {"n": 5, "cells": [{"proxy": "smollm2-135m", "victim": "nope"}]}}},
+            "experiments.x.cells[0].victim",
+        ),
+        ({"classifier": {"prompt_models": ["nope"]}}, "classifier.prompt_models[0]"),
+        ({"classifier": {"cost_study": {"enabled": True, "proxy": "nope"}}}, "classifier.cost_study.proxy"),
+    ],
+)
+def test_an_unknown_model_in_the_experiments_is_a_one_line_config_error(cdv, key):
+    from stressprobe.config import validate_config
+    from tests.support.helpers import ROOT
+
+    config = {"cdv": cdv}  # the default registry: the demo model
+    with pytest.raises(StressprobeError, match=rf"cdv\.{re.escape(key)}': model 'nope'"):
+        validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
