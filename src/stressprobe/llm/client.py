@@ -155,9 +155,10 @@ class Client:
             self._store(key, request, response)
             answers[key] = response
 
-    def _run_batches(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
-        """Claim every key, send the claimed ones as batches (answers stored as each batch ends), then wait
-        for keys other processes hold; one that comes free is sent in a batch of its own."""
+    def _claim_all(
+        self, todo: list[tuple[str, Request]], answers: dict[str, Response]
+    ) -> tuple[list[tuple[str, Request]], list[tuple[str, Request]]]:
+        """Claim every key: answers already stored go into `answers`; returns (claimed, held by others)."""
         mine, busy = [], []
         for key, request in todo:
             state = self.cache.claim(key)
@@ -167,6 +168,12 @@ class Client:
                 answers[key] = Response.from_payload(self.cache.get(key))
             else:
                 busy.append((key, request))
+        return mine, busy
+
+    def _run_batches(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
+        """Claim every key, send the claimed ones as batches (answers stored as each batch ends), then wait
+        for keys other processes hold; one that comes free is sent in a batch of its own."""
+        mine, busy = self._claim_all(todo, answers)
 
         def store(key: str, request: Request, response: Response) -> None:
             self._store(key, request, response)
@@ -179,15 +186,7 @@ class Client:
             while busy:
                 time.sleep(delay)
                 delay = min(POLL_MAX_S, delay * 2)
-                freed, still_busy = [], []
-                for key, request in busy:
-                    state = self.cache.claim(key)
-                    if state is Claim.MINE:
-                        freed.append((key, request))
-                    elif state is Claim.DONE:
-                        answers[key] = Response.from_payload(self.cache.get(key))
-                    else:
-                        still_busy.append((key, request))
+                freed, still_busy = self._claim_all(busy, answers)
                 if freed:
                     self.backend.run_batches(freed, store)
                 busy = still_busy

@@ -69,17 +69,23 @@ def preflight(name: str, base_url: str, api_key: str) -> None:
         )
 
 
+def connect(name: str, entry: dict[str, Any]) -> tuple[str, str]:
+    """The endpoint and API key of a model entry, once the server has answered (synchronous and batch)."""
+    if not entry.get("model"):
+        raise StressprobeError(f"config models.{name}.model: missing; give the model id the API expects")
+    api_key = read_api_key(name, entry)
+    base_url = entry.get("base_url") or OPENAI_BASE_URL
+    preflight(name, base_url, api_key)
+    return base_url, api_key
+
+
 def open_backend(name: str, entry: dict[str, Any]) -> Backend:
     """Read the key, check the server answers, and build the backend (the Batch API's with `batch: true`)."""
     if entry.get("batch", False):
         from stressprobe.llm.backends import openai_batch
 
         return openai_batch.open_backend(name, entry)
-    if not entry.get("model"):
-        raise StressprobeError(f"config models.{name}.model: missing; give the model id the API expects")
-    api_key = read_api_key(name, entry)
-    base_url = entry.get("base_url") or OPENAI_BASE_URL
-    preflight(name, base_url, api_key)
+    base_url, api_key = connect(name, entry)
     return OpenAIBackend(
         name,
         backend_identity(name, entry),

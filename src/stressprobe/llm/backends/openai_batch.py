@@ -27,18 +27,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from stressprobe.errors import StressprobeError
 from stressprobe.io import write_json
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai import (
-    OPENAI_BASE_URL,
     RETRYABLE_STATUS,
     chat_arguments,
+    connect,
     extra_body,
     parse_completion,
-    preflight,
-    read_api_key,
     redact,
 )
 from stressprobe.llm.types import Request, Response
@@ -89,11 +86,7 @@ def retryable(status: int | None) -> bool:
 
 def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBatchBackend:
     """Read the key, check the server answers, and build the backend."""
-    if not entry.get("model"):
-        raise StressprobeError(f"config models.{name}.model: missing; give the model id the API expects")
-    api_key = read_api_key(name, entry)
-    base_url = entry.get("base_url") or OPENAI_BASE_URL
-    preflight(name, base_url, api_key)
+    base_url, api_key = connect(name, entry)
     return OpenAIBatchBackend(
         name,
         backend_identity(name, entry),
