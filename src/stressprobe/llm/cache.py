@@ -346,7 +346,7 @@ class ResponseCache:
 
 def _safe(name: str) -> str:
     """A host name as a file-name part."""
-    return "".join(c if c.isalnum() or c in "._" else "_" for c in name) or "host"
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "host"
 
 
 def iter_records(path: str | os.PathLike) -> list[dict[str, Any]]:
