@@ -24,7 +24,7 @@ import pytest
 from openai_server import OpenAIServer
 
 from stressprobe.llm.cache import CLAIMS_DIR_ENV, HOST_ENV, iter_records
-from stressprobe.llm.shards import AUDIT_ENV, decode_line
+from stressprobe.llm.shards import AUDIT_ENV, decode_line, parse_record
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "cache_job.py"
@@ -144,7 +144,7 @@ def shard_hosts(cache: Path) -> dict[int, list[str]]:
             decoded = decode_line(line)
             if decoded is None:
                 break  # the torn last record of a killed job
-            record = json.loads(decoded[1])
+            record = parse_record(decoded[1])
             hosts[int(re.match(r"pair (\d+):", record["request"]["messages"][-1][1]).group(1))].append(host)
     return hosts
 

@@ -135,7 +135,7 @@ def test_claims_busy_for_live_owner_and_taken_over_when_owner_dead_or_expired(tm
     assert other.claim(key) is Claim.DONE and other.get(key) == {"texts": ["x"]}
     # Claims are host-local (a small SQLite file in the temp directory, never in the shared cache).
     db = sqlite3.connect(mine.claims_path)
-    insert = "INSERT INTO claims (key, owner, host, pid, claimed) VALUES (?, 'o', ?, ?, ?)"
+    insert = "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed) VALUES (?, 'o', ?, ?, ?)"
     db.execute(insert, ("d" * 64, mine.host, _dead_pid(), time.time()))
     db.execute(insert, ("e" * 64, "elsewhere", 1, time.time() - 10_000))
     db.execute(insert, ("f" * 64, "elsewhere", 1, time.time()))

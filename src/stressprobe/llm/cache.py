@@ -40,6 +40,8 @@ from stressprobe.llm.shards import (
     decode_line,
     encode_entry,
     encode_line,
+    parse_record,
+    parse_response,
     read_legacy_rows,
     record_body,
 )
@@ -211,7 +213,9 @@ class ResponseCache:
     def _open_claims(self) -> None:
         """The claims file of this cache on this host; without one (no local temp dir) claims are skipped."""
         base = Path(os.environ.get(CLAIMS_DIR_ENV) or tempfile.gettempdir()) / "stressprobe-claims"
-        ident = hashlib.sha256(str(self.directory.resolve()).encode()).hexdigest()[:16]
+        # The directory's inode too: a cache deleted and made again does not inherit the old claims.
+        where = f"{self.directory.resolve()}:{self.directory.stat().st_ino}"
+        ident = hashlib.sha256(where.encode()).hexdigest()[:16]
         self.claims_path = base / f"{ident}-{_safe(self.host)}.sqlite"
         try:
             base.mkdir(parents=True, exist_ok=True)
@@ -296,7 +300,7 @@ class ResponseCache:
     def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """Stored payloads of those `keys` that are in the cache."""
         bodies = self.index.read(self._find(list(dict.fromkeys(keys)), refresh=True))
-        return {key: json.loads(body)["response"] for key, body in bodies.items()}
+        return {key: parse_response(body) for key, body in bodies.items()}
 
     def contains_many(self, keys: list[str]) -> set[str]:
         """Which of `keys` the cache holds, without reading the responses (the cost estimate's question)."""
@@ -365,7 +369,8 @@ def iter_records(path: str | os.PathLike) -> list[dict[str, Any]]:
                 decoded = decode_line(line)
                 if decoded is None:
                     break  # a torn last record
-                records.setdefault(decoded[0], json.loads(decoded[1]))
+                if decoded[0] not in records:
+                    records[decoded[0]] = parse_record(decoded[1])
     return list(records.values())
 
 

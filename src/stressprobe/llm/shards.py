@@ -5,7 +5,9 @@ files, named after its host, pid and a random id and created with O_EXCL, so no 
 and nothing depends on file locks or shared memory (which SQLite's WAL needs and NFS/Lustre/GPFS do not
 give across hosts):
 
-- `<name>.jsonl`: one line per response, `<crc32 of the rest, 8 hex> <key, 64 hex> <canonical JSON>\\n`;
+- `<name>.jsonl`: one line per response, `<crc32 of the rest, 8 hex> <key, 64 hex> <response JSON>\\t<JSON of
+  key, model, request and time>\\n` (a tab never occurs inside JSON text, and a lookup parses only the
+  response);
 - `<name>.idx`: one fixed 48-byte entry per line of the data file (key, offset, length, check word), so a
   job opening the cache reads ~48 bytes per response instead of the responses themselves.
 
@@ -361,11 +363,22 @@ def read_legacy_rows(path: Path) -> Iterator[tuple[str, str, str, str, float]]:
     raise OSError(f"cannot read {path} as an SQLite response cache")
 
 
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def record_body(key: str, model: str, request: Any, response: Any, created: float) -> str:
-    """The canonical JSON of one record (the same text whether written now or migrated)."""
-    return json.dumps(
-        {"created": created, "key": key, "model": model, "request": request, "response": response},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    """One record's body: the response's canonical JSON, a tab, the rest (same text whether new or migrated)."""
+    meta = {"created": created, "key": key, "model": model, "request": request}
+    return f"{_canonical(response)}\t{_canonical(meta)}"
+
+
+def parse_response(body: bytes) -> Any:
+    """The response payload of a record body (the part before the tab)."""
+    return json.loads(body[: body.index(b"\t")])
+
+
+def parse_record(body: bytes) -> dict[str, Any]:
+    """The whole record: created, key, model, request and response."""
+    response, meta = body.split(b"\t", 1)
+    return {**json.loads(meta), "response": json.loads(response)}
