@@ -38,7 +38,22 @@ from stressprobe.llm.shards import DATA_SUFFIX, INDEX_SUFFIX, encode_entry, enco
 QUERIES, PASSAGES = 54, 210  # 11,340 pairs per cell, as DL20 in the paper
 MODELS = ["gpt-4o", "gpt-4o-mini", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-72b", "m7", "m8"]
 SYSTEM = "You are a search quality rater evaluating the relevance of passages."
-WORDS = "river bank interest rate flood plain policy water model judge relevance passage query answer".split()
+WORDS = [
+    "river",
+    "bank",
+    "interest",
+    "rate",
+    "flood",
+    "plain",
+    "policy",
+    "water",
+    "model",
+    "judge",
+    "relevance",
+    "passage",
+    "query",
+    "answer",
+]
 
 
 def grid(cells: int) -> list[tuple[str, str, dict, list[Request]]]:
@@ -66,7 +81,12 @@ def grid(cells: int) -> list[tuple[str, str, dict, list[Request]]]:
 def payload(i: int) -> dict:
     tokens = ["##", "final", " score", ":", f" {i % 4}"]
     top = [{t: -0.01, "x": -4.2, "y": -5.1, "z": -6.3, "w": -7.0} for t in tokens]
-    return {"texts": [f"##final score: {i % 4}"], "prompt_tokens": 310, "completion_tokens": 5, "top_logprobs": top}
+    return {
+        "texts": [f"##final score: {i % 4}"],
+        "prompt_tokens": 310,
+        "completion_tokens": 5,
+        "top_logprobs": top,
+    }
 
 
 def build(directory: Path, cells, shard_size: int, reference: Path | None) -> int:
@@ -152,7 +172,9 @@ def main() -> None:
         t = time.perf_counter()
         cells = grid(args.cells)
         total = sum(len(c[3]) for c in cells)
-        print(f"grid: {args.cells} cells x {len(cells[0][3])} requests = {total:,} ({time.perf_counter() - t:.1f} s)")
+        print(
+            f"grid: {args.cells} cells x {len(cells[0][3])} requests = {total:,} ({time.perf_counter() - t:.1f} s)"
+        )
         t = time.perf_counter()
         cache_dir, reference = root / "llm", (None if args.no_reference else root / "old.sqlite")
         stored = build(cache_dir, cells, args.shard_size, reference)
@@ -197,7 +219,9 @@ def main() -> None:
 
         print(f"\n{'step (new: shards)':<58}{'seconds':>10}")
         print(f"{'open the cache (read every key index)':<58}{open_s:>10.2f}")
-        print(f"{'judge cell of ' + format(len(requests), ',') + ' requests: open + generate':<58}{cell_s:>10.2f}")
+        print(
+            f"{'judge cell of ' + format(len(requests), ',') + ' requests: open + generate':<58}{cell_s:>10.2f}"
+        )
         print(f"{'  model calls made':<58}{backend.calls:>10}")
         print(f"{'whole-grid dry cost estimate (' + format(total, ',') + ' calls)':<58}{grid_s:>10.2f}")
         print(f"{'  of which cache lookups':<58}{lookup['s']:>10.2f}")
@@ -226,8 +250,12 @@ def main() -> None:
             new_cache.close()
             assert new_cell == old_cell and len(new_found) == total
             print(f"\n{'lookups only, same keys':<34}{'old SQLite':>12}{'shards':>10}{'old/new':>10}")
-            print(f"{'one cell, get_many (with payloads)':<34}{old_cell_s:>12.2f}{new_cell_s:>10.2f}{old_cell_s / new_cell_s:>10.2f}")
-            print(f"{'whole grid, which keys are cached':<34}{old_grid_s:>12.2f}{new_grid_s:>10.2f}{old_grid_s / new_grid_s:>10.2f}")
+            print(
+                f"{'one cell, get_many (with payloads)':<34}{old_cell_s:>12.2f}{new_cell_s:>10.2f}{old_cell_s / new_cell_s:>10.2f}"
+            )
+            print(
+                f"{'whole grid, which keys are cached':<34}{old_grid_s:>12.2f}{new_grid_s:>10.2f}{old_grid_s / new_grid_s:>10.2f}"
+            )
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

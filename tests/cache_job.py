@@ -19,7 +19,10 @@ KEY_ENV = "STRESSPROBE_TEST_API_KEY"
 
 
 def requests(first: int, count: int) -> list[Request]:
-    return [Request.chat(user=f"pair {i}: give ##final score: <0-3>", max_tokens=8) for i in range(first, first + count)]
+    return [
+        Request.chat(user=f"pair {i}: give ##final score: <0-3>", max_tokens=8)
+        for i in range(first, first + count)
+    ]
 
 
 def main() -> None:

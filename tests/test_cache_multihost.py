@@ -123,7 +123,9 @@ class Jobs:
         assert audited, "no cache file was opened for writing"
         assert self.writers, "the /proc sampler saw no cache file open for writing"
         for path, pids in {**audited, **self.writers}.items():
-            assert len(audited.get(path, set()) | self.writers.get(path, set())) == 1, f"{path}: writers {pids}"
+            assert len(audited.get(path, set()) | self.writers.get(path, set())) == 1, (
+                f"{path}: writers {pids}"
+            )
         # Sampled writes are all audited ones (the audit misses no write-open).
         assert set(self.writers) <= set(audited)
         # Nothing else in the shared directory: no SQLite file, journal, WAL or shared-memory index.
@@ -168,7 +170,10 @@ def test_jobs_on_three_hosts_share_one_cache_without_sharing_a_file(tmp_path, ca
     assert {r["host"] for r in results.values()} == set(hosts)
     jobs.assert_one_writer_per_file()
     # Every answer is found afterwards, the same that each job got.
-    stored = {int(re.search(r"pair (\d+):", r["request"]["messages"][-1][1]).group(1)): r for r in iter_records(cache)}
+    stored = {
+        int(re.search(r"pair (\d+):", r["request"]["messages"][-1][1]).group(1)): r
+        for r in iter_records(cache)
+    }
     assert set(stored) == set(range(160))
     for name, (_, first, count) in plan.items():
         texts = [stored[i]["response"]["texts"][0] for i in range(first, first + count)]

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from test_llm_cache import IDENTITY, CountingBackend
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request
 from stressprobe.llm.cache import Claim, ResponseCache, cache_key, iter_records
 from stressprobe.llm.client import Client
 from stressprobe.llm.shards import ENTRY_DTYPE, ShardIndex, decode_line, encode_line, record_body
-from test_llm_cache import IDENTITY, CountingBackend
 
 
 def key(i: int) -> str:
@@ -39,8 +41,8 @@ def test_crash_truncated_last_record_is_ignored_and_the_rest_is_found(tmp_path):
     line = encode_line(key(10), record_body(key(10), "m", {}, {"texts": ["t"]}, 1.0))
     with open(data, "ab") as fh:
         fh.write(line[: len(line) // 2])
-    with open(index, "ab") as fh:
-        fh.write(bytes(ENTRY_DTYPE.itemsize) + b"\x01" * (ENTRY_DTYPE.itemsize // 2))  # a hole, then a torn entry
+    with open(index, "ab") as fh:  # a hole (another host's unflushed page), then a torn entry
+        fh.write(bytes(ENTRY_DTYPE.itemsize) + b"\x01" * (ENTRY_DTYPE.itemsize // 2))
     cache = ResponseCache(path)
     assert cache.count() == 10
     assert cache.get(key(10)) is None and cache.get(key(3)) == {"texts": ["t-000003"]}
@@ -192,3 +194,22 @@ def test_a_file_where_the_directory_should_be_is_a_one_line_error(tmp_path):
     with pytest.raises(StressprobeError, match="cache.path") as info:
         ResponseCache(tmp_path / "llm.sqlite")
     assert "\n" not in str(info.value)
+
+
+def test_compact_merges_shards_keeping_one_record_per_key(tmp_path):
+    path = tmp_path / "llm"
+    fill(path, [key(i) for i in range(5)])
+    fill(path, [key(i) for i in range(3, 9)])  # 3 and 4 twice
+    data = sorted(path.glob("*.jsonl"))[0]
+    with open(data, "ab") as fh:
+        fh.write(b"0000 torn")
+    subprocess.run(
+        [sys.executable, "-m", "stressprobe.llm.cache", "compact", str(path)], check=True, capture_output=True
+    )
+    (merged,) = path.glob("*.jsonl")
+    assert merged.name.startswith("compact-") and len(list(path.iterdir())) == 2
+    assert len(merged.read_bytes().splitlines()) == 9
+    cache = ResponseCache(path, read_only=True)
+    assert cache.get_many([key(i) for i in range(9)]) == {
+        key(i): {"texts": [f"t-{key(i)[-6:]}"]} for i in range(9)
+    }

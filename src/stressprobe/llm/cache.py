@@ -49,7 +49,9 @@ from stressprobe.llm.types import Request
 
 log = logging.getLogger(__name__)
 
-HOST_ENV = "STRESSPROBE_HOST"  # overrides the host name in shard names and claims (for tests without namespaces)
+HOST_ENV = (
+    "STRESSPROBE_HOST"  # overrides the host name in shard names and claims (for tests without namespaces)
+)
 CLAIMS_DIR_ENV = "STRESSPROBE_CLAIMS_DIR"  # where the host-local claims live (default: the temp directory)
 
 _CLAIMS_SCHEMA = """
@@ -196,7 +198,9 @@ class ResponseCache:
         data = bytearray()
         index = bytearray()
         for key, model, request, response, created in read_legacy_rows(self.legacy):
-            line = encode_line(key, record_body(key, model, json.loads(request), json.loads(response), created))
+            line = encode_line(
+                key, record_body(key, model, json.loads(request), json.loads(response), created)
+            )
             index += encode_entry(bytes.fromhex(key), len(data), len(line))
             data += line
         for suffix, content in ((DATA_SUFFIX, data), (INDEX_SUFFIX, index)):
@@ -206,8 +210,13 @@ class ResponseCache:
                 os.fsync(fh.fileno())
         os.replace(f"{tmp}{DATA_SUFFIX}", self.directory / f"{name}{DATA_SUFFIX}")
         os.replace(f"{tmp}{INDEX_SUFFIX}", self.directory / f"{name}{INDEX_SUFFIX}")
-        log.info("response cache: converted %s into %s/%s (%d responses)", self.legacy, self.directory, name,
-                 len(index) // 48)
+        log.info(
+            "response cache: converted %s into %s/%s (%d responses)",
+            self.legacy,
+            self.directory,
+            name,
+            len(index) // 48,
+        )
 
     # --- claims (this host only) -----------------------------------------------------------------------
     def _open_claims(self) -> None:
@@ -219,7 +228,9 @@ class ResponseCache:
         self.claims_path = base / f"{ident}-{_safe(self.host)}.sqlite"
         try:
             base.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.claims_path, timeout=120.0, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(
+                self.claims_path, timeout=120.0, isolation_level=None, check_same_thread=False
+            )
             db.execute("PRAGMA busy_timeout=120000")
             _enable_wal(db)
             db.execute("PRAGMA synchronous=OFF")  # claims are hints: losing them on a power cut costs nothing
@@ -287,10 +298,10 @@ class ResponseCache:
     def _find(self, keys: list[str], refresh: bool) -> dict[str, tuple[int, int, int]]:
         """Locations of `keys`; on a miss, read what the shards gained (at most once per refresh interval)."""
         found = self.index.find(keys)
-        if refresh and len(found) < len(set(keys)):
-            if time.monotonic() - self.index.last_refresh >= self.refresh_interval_s:
-                self.index.refresh()
-                found.update(self.index.find([k for k in keys if k not in found]))
+        stale = time.monotonic() - self.index.last_refresh >= self.refresh_interval_s
+        if refresh and stale and len(found) < len(set(keys)):
+            self.index.refresh()
+            found.update(self.index.find([k for k in keys if k not in found]))
         return found
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -385,3 +396,63 @@ class _Transaction:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def compact(path: str | os.PathLike) -> tuple[int, int]:
+    """Merge every shard of a cache into one, one record per key; returns (shards before, records kept).
+
+    Run it while no job uses the cache (readers holding the old shards' locations would miss them). The
+    merged shard is written under a temporary name and renamed, index last, before the old shards go, so
+    a crash at any point leaves every answer readable (at worst twice).
+    """
+    directory, legacy = cache_locations(path)
+    if legacy.is_file():
+        ResponseCache(path, read_only=True).close()  # converts it first
+    if not directory.is_dir():
+        raise StressprobeError(f"cache.path {path}: no response cache there")
+    old = sorted(p for p in directory.glob(f"*{DATA_SUFFIX}") if not p.name.startswith(TMP_PREFIX))
+    name = f"compact-{_safe(host_name())}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp = directory / f"{TMP_PREFIX}{name}"
+    seen: set[str] = set()
+    size = 0
+    with open(f"{tmp}{DATA_SUFFIX}", "wb") as data, open(f"{tmp}{INDEX_SUFFIX}", "wb") as index:
+        for shard in old:
+            with open(shard, "rb") as fh:
+                for line in fh:
+                    decoded = decode_line(line)
+                    if decoded is None:
+                        break  # a torn last record
+                    if decoded[0] in seen:
+                        continue
+                    seen.add(decoded[0])
+                    data.write(line)
+                    index.write(encode_entry(bytes.fromhex(decoded[0]), size, len(line)))
+                    size += len(line)
+        for fh in (data, index):
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(f"{tmp}{DATA_SUFFIX}", directory / f"{name}{DATA_SUFFIX}")
+    os.replace(f"{tmp}{INDEX_SUFFIX}", directory / f"{name}{INDEX_SUFFIX}")
+    for shard in old:
+        shard.with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
+        shard.unlink()
+    return len(old), len(seen)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m stressprobe.llm.cache compact PATH`: merge a cache's shards (while no job runs)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m stressprobe.llm.cache", description=main.__doc__)
+    parser.add_argument("command", choices=["compact"])
+    parser.add_argument("path", help="the cache directory (cache.path), or an old .sqlite file to convert")
+    args = parser.parse_args(argv)
+    try:
+        shards, kept = compact(args.path)
+    except (OSError, StressprobeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"{args.path}: {shards} shards merged into one, {kept} responses")
+
+
+if __name__ == "__main__":
+    main()

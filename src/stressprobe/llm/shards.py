@@ -46,7 +46,14 @@ AUDIT_ENV = "STRESSPROBE_CACHE_AUDIT"
 
 def check_word(k: np.ndarray, off: np.ndarray, length: np.ndarray) -> np.ndarray:
     """A cheap vectorised check of index entries (data lines carry a real crc32)."""
-    x = k[:, 0] ^ k[:, 1] ^ k[:, 2] ^ k[:, 3] ^ off.astype(np.uint64) ^ (length.astype(np.uint64) * 0x9E3779B1)
+    x = (
+        k[:, 0]
+        ^ k[:, 1]
+        ^ k[:, 2]
+        ^ k[:, 3]
+        ^ off.astype(np.uint64)
+        ^ (length.astype(np.uint64) * 0x9E3779B1)
+    )
     return ((x ^ (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)).astype(np.uint32) ^ np.uint32(CHECK_SALT)
 
 
