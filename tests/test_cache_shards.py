@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -77,6 +78,9 @@ def test_a_damaged_record_is_a_miss_not_a_wrong_answer(tmp_path):
     found = ResponseCache(path, read_only=True).get_many([key(i) for i in range(3)])
     assert set(found) == {key(1), key(2)}
     assert decode_line(bytes(raw[: first_end + 1])) is None
+    cache = ResponseCache(path)
+    assert cache.claim(key(0)) is Claim.MINE  # asked again, not answered from the damaged record
+    cache.close()
 
 
 def test_index_finds_keys_sharing_a_prefix_and_keys_in_several_shards(tmp_path):
@@ -213,3 +217,23 @@ def test_compact_merges_shards_keeping_one_record_per_key(tmp_path):
     assert cache.get_many([key(i) for i in range(9)]) == {
         key(i): {"texts": [f"t-{key(i)[-6:]}"]} for i in range(9)
     }
+
+
+def test_old_cache_of_a_crashed_job_keeps_the_answers_in_its_wal_file(tmp_path):
+    # Committed answers that only the -wal file holds (the old job died before a checkpoint).
+    requests = [Request.chat(user=f"wal {i}") for i in range(5)]
+    live = tmp_path / "live.sqlite"
+    keys = old_cache(live, requests[:2])
+    db = sqlite3.connect(live)
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    for r in requests[2:]:
+        k = cache_key(IDENTITY, r)
+        db.execute("INSERT INTO responses VALUES (?, 'fake', '{}', ?, 1.0)", (k, '{"texts": ["w"]}'))
+        keys.append(k)
+    db.commit()
+    crashed = tmp_path / "crashed" / "llm.sqlite"
+    crashed.parent.mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copyfile(f"{live}{suffix}", f"{crashed}{suffix}")
+    db.close()
+    assert ResponseCache(crashed, read_only=True).contains_many(keys) == set(keys)

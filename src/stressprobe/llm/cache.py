@@ -195,17 +195,16 @@ class ResponseCache:
         if (self.directory / f"{name}{INDEX_SUFFIX}").exists():
             return
         tmp = self.directory / f"{TMP_PREFIX}{name}-{self.owner}"
-        data = bytearray()
-        index = bytearray()
-        for key, model, request, response, created in read_legacy_rows(self.legacy):
-            line = encode_line(
-                key, record_body(key, model, json.loads(request), json.loads(response), created)
-            )
-            index += encode_entry(bytes.fromhex(key), len(data), len(line))
-            data += line
-        for suffix, content in ((DATA_SUFFIX, data), (INDEX_SUFFIX, index)):
-            with open(f"{tmp}{suffix}", "wb") as fh:
-                fh.write(content)
+        size = count = 0
+        with open(f"{tmp}{DATA_SUFFIX}", "wb") as data, open(f"{tmp}{INDEX_SUFFIX}", "wb") as index:
+            for key, model, request, response, created in read_legacy_rows(self.legacy):
+                body = record_body(key, model, json.loads(request), json.loads(response), created)
+                line = encode_line(key, body)
+                data.write(line)
+                index.write(encode_entry(bytes.fromhex(key), size, len(line)))
+                size += len(line)
+                count += 1
+            for fh in (data, index):
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(f"{tmp}{DATA_SUFFIX}", self.directory / f"{name}{DATA_SUFFIX}")
@@ -215,7 +214,7 @@ class ResponseCache:
             self.legacy,
             self.directory,
             name,
-            len(index) // 48,
+            count,
         )
 
     # --- claims (this host only) -----------------------------------------------------------------------
@@ -250,7 +249,7 @@ class ResponseCache:
 
     def claim(self, key: str) -> Claim:
         """Try to become the one process (on this host) that computes `key`; stale claims are taken over."""
-        if self._find([key], refresh=True):
+        if self._readable(key, refresh=True):
             return Claim.DONE
         if self._claims is None:
             return Claim.MINE
@@ -274,10 +273,10 @@ class ResponseCache:
                 return Claim.MINE
         # Another job of this host stored it: its shard is on this host, so a read of that shard finds it.
         self.index.refresh(only=done_by)
-        if self._find([key], refresh=False):
+        if self._readable(key, refresh=False):
             return Claim.DONE
         self.index.refresh()
-        if self._find([key], refresh=False):
+        if self._readable(key, refresh=False):
             return Claim.DONE
         with self._transaction():  # the claims file outlived the answer (e.g. the cache was deleted)
             self._claims.execute(
@@ -303,6 +302,10 @@ class ResponseCache:
             self.index.refresh()
             found.update(self.index.find([k for k in keys if k not in found]))
         return found
+
+    def _readable(self, key: str, refresh: bool) -> bool:
+        """Whether `key` is stored intact (an index entry whose record is not yet visible or damaged is not)."""
+        return bool(self.index.read(self._find([key], refresh=refresh)))
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored payload of `key`, or None."""

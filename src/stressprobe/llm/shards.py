@@ -351,21 +351,24 @@ class ShardIndex:
 
 
 def read_legacy_rows(path: Path) -> Iterator[tuple[str, str, str, str, float]]:
-    """(key, model, request JSON, response JSON, created) of every response in an old single-file cache."""
+    """(key, model, request JSON, response JSON, created) of every response in an old single-file cache.
+
+    Read-only first; then read-write, which lets SQLite recover answers still in a crashed job's WAL file;
+    then as an immutable file (read-only media).
+    """
     import sqlite3
 
-    for uri in (f"file:{path}?mode=ro", f"file:{path}?immutable=1"):
+    query = "SELECT key, model, request, response, created FROM responses ORDER BY key"
+    for uri in (f"file:{path}?mode=ro", f"file:{path}?mode=rw", f"file:{path}?immutable=1"):
         try:
             db = sqlite3.connect(uri, uri=True)
-            try:
-                rows = db.execute(
-                    "SELECT key, model, request, response, created FROM responses ORDER BY key"
-                ).fetchall()
-            finally:
-                db.close()
+            db.execute("SELECT 1 FROM responses LIMIT 1").fetchall()
         except sqlite3.Error:
             continue
-        yield from rows
+        try:
+            yield from db.execute(query)
+        finally:
+            db.close()
         return
     raise OSError(f"cannot read {path} as an SQLite response cache")
 
