@@ -152,7 +152,7 @@ class ResponseCache:
         path: str | os.PathLike,
         claim_ttl_s: float = 1800.0,
         read_only: bool = False,
-        refresh_interval_s: float = 2.0,
+        refresh_interval_s: float = 0.25,
     ) -> None:
         self.path = Path(path)
         self.directory, self.legacy = cache_locations(path)
@@ -297,7 +297,10 @@ class ResponseCache:
     def _find(self, keys: list[str], refresh: bool) -> dict[str, tuple[int, int, int]]:
         """Locations of `keys`; on a miss, read what the shards gained (at most once per refresh interval)."""
         found = self.index.find(keys)
-        stale = time.monotonic() - self.index.last_refresh >= self.refresh_interval_s
+        # Often enough to find answers other jobs just made, rarely enough that re-reading the shards (slow
+        # on a network file system with many of them) takes at most a tenth of the job's time.
+        interval = max(self.refresh_interval_s, 10 * self.index.refresh_cost)
+        stale = time.monotonic() - self.index.last_refresh >= interval
         if refresh and stale and len(found) < len(set(keys)):
             self.index.refresh()
             found.update(self.index.find([k for k in keys if k not in found]))

@@ -173,10 +173,12 @@ class ShardIndex:
         self._loc = np.empty((0, 3), np.uint64)  # shard, offset, length
         self._recent: dict[bytes, tuple[int, int, int]] = {}
         self.last_refresh = 0.0
+        self.refresh_cost = 0.0  # seconds the last full refresh took
 
     # --- building --------------------------------------------------------------------------------------
     def refresh(self, only: str | None = None) -> None:
         """Read what shards gained since the last refresh (all shards, or the one named `only`)."""
+        start = time.monotonic()
         new_keys: list[np.ndarray] = []
         new_loc: list[np.ndarray] = []
         if only is None:
@@ -197,7 +199,9 @@ class ShardIndex:
                 raw = keys.astype(">u8").tobytes()
                 for i in range(len(keys)):
                     self._recent[raw[32 * i : 32 * i + 32]] = tuple(int(v) for v in loc[i])
-        self.last_refresh = time.monotonic()
+        if only is None:
+            self.last_refresh = time.monotonic()
+            self.refresh_cost = self.last_refresh - start
 
     def _discover(self) -> None:
         try:
