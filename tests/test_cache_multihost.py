@@ -195,7 +195,8 @@ def test_jobs_on_three_hosts_share_one_cache_without_sharing_a_file(tmp_path, ca
     with capsys.disabled():
         print(
             f"\n[multi-host cache] uts namespaces: {UTS}; 6 jobs on 3 hosts, 160 distinct calls "
-            f"({shared} asked on >1 host): {sum(paid.values())} paid, {duplicates} cross-host duplicates"
+            f"({shared} asked on >1 host): {sum(paid.values())} paid, {duplicates} cross-host duplicates; "
+            f"calls by times paid: {dict(sorted(Counter(paid.values()).items()))}"
         )
 
 
