@@ -163,7 +163,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cells", type=int, default=88, help="judge cells of 11,340 requests (88 ≈ 1M)")
     parser.add_argument("--shard-size", type=int, default=2000, help="responses per shard (one writer each)")
-    parser.add_argument("--dir", help="where to build the cache (default: a temporary directory, removed)")
+    parser.add_argument(
+        "--dir",
+        help="where to build the cache, kept and reused by the next run (default: a temporary directory)",
+    )
     parser.add_argument("--no-reference", action="store_true", help="skip the old single-file layout")
     args = parser.parse_args()
 
@@ -175,86 +178,106 @@ def main() -> None:
         print(
             f"grid: {args.cells} cells x {len(cells[0][3])} requests = {total:,} ({time.perf_counter() - t:.1f} s)"
         )
-        t = time.perf_counter()
         cache_dir, reference = root / "llm", (None if args.no_reference else root / "old.sqlite")
-        stored = build(cache_dir, cells, args.shard_size, reference)
+        if cache_dir.is_dir():
+            print(f"reusing the cache built before in {root}")
+        else:
+            t = time.perf_counter()
+            build(cache_dir, cells, args.shard_size, reference)
+            print(f"built in {time.perf_counter() - t:.1f} s (not timed below)")
         shards = len(list(cache_dir.glob(f"*{DATA_SUFFIX}")))
         size = sum(p.stat().st_size for p in cache_dir.iterdir())
         idx = sum(p.stat().st_size for p in cache_dir.glob(f"*{INDEX_SUFFIX}"))
         print(
-            f"built {stored:,} responses in {shards} shards ({size / 1e9:.2f} GB, key indexes {idx / 1e6:.0f} MB)"
-            f" in {time.perf_counter() - t:.1f} s (not timed below)"
+            f"cache: {total:,} responses in {shards} shards ({size / 1e9:.2f} GB; key indexes {idx / 1e6:.0f} MB)"
         )
+        rows_out: list[tuple[str, float, float]] = []
 
-        t = time.perf_counter()
-        ResponseCache(cache_dir, read_only=True).close()
-        open_s = time.perf_counter() - t
+        def timed(label: str, fn, *a):
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = fn(*a)
+            rows_out.append((label, time.perf_counter() - wall, time.process_time() - cpu))
+            return result
+
+        timed(
+            "open the cache (read every key index)", lambda: ResponseCache(cache_dir, read_only=True).close()
+        )
 
         model, _, entry, requests = cells[len(cells) // 2]
         backend = NoCalls(backend_identity(model, entry))
-        t = time.perf_counter()
-        with Client(model, backend, ResponseCache(cache_dir), price=None) as client:
-            responses = client.generate(requests)
-        cell_s = time.perf_counter() - t
+
+        def judge_cell():
+            with Client(model, backend, ResponseCache(cache_dir), price=None) as client:
+                return client.generate(requests)
+
+        responses = timed(f"judge cell of {len(requests):,} requests: open + generate", judge_cell)
         assert backend.calls == 0 and all(r.cached for r in responses), "a cached cell made model calls"
 
-        t = time.perf_counter()
-        view = CacheView(cache_dir)
-        lookup = {"s": 0.0}
-        cached = view.cached
-
-        def timed_cached(keys):
-            start = time.perf_counter()
+        def estimate():
+            view = CacheView(cache_dir)
             try:
-                return cached(keys)
+                return [
+                    estimate_cell("judging", "dl20", cond, m, e, reqs, view) for m, cond, e, reqs in cells
+                ]
             finally:
-                lookup["s"] += time.perf_counter() - start
+                view.close()
 
-        view.cached = timed_cached
-        rows = [estimate_cell("judging", "dl20", cond, m, e, reqs, view) for m, cond, e, reqs in cells]
-        view.close()
-        grid_s = time.perf_counter() - t
-        to_call = sum(r.to_call for r in rows)
-        assert sum(r.cached for r in rows) == total and to_call == 0, "the dry estimate found uncached calls"
-
-        print(f"\n{'step (new: shards)':<58}{'seconds':>10}")
-        print(f"{'open the cache (read every key index)':<58}{open_s:>10.2f}")
-        print(
-            f"{'judge cell of ' + format(len(requests), ',') + ' requests: open + generate':<58}{cell_s:>10.2f}"
+        estimate_rows = timed(f"whole-grid dry cost estimate ({total:,} calls)", estimate)
+        to_call = sum(r.to_call for r in estimate_rows)
+        assert sum(r.cached for r in estimate_rows) == total and to_call == 0, (
+            "the estimate found uncached calls"
         )
-        print(f"{'  model calls made':<58}{backend.calls:>10}")
-        print(f"{'whole-grid dry cost estimate (' + format(total, ',') + ' calls)':<58}{grid_s:>10.2f}")
-        print(f"{'  of which cache lookups':<58}{lookup['s']:>10.2f}")
-        print(f"{'  calls to make':<58}{to_call:>10}")
+        all_keys = [cache_key(backend_identity(m, e), r) for m, _, e, reqs in cells for r in reqs]
+        cell_keys = [cache_key(backend.identity, r) for r in requests]
 
-        if reference is not None:
-            keys = [cache_key(backend.identity, r) for r in requests]
-            t = time.perf_counter()
-            db = sqlite3.connect(reference)
-            old_cell = old_get_many(db, keys)
-            old_cell_s = time.perf_counter() - t
-            assert len(old_cell) == len(set(keys))
-            all_keys = [cache_key(backend_identity(m, e), r) for m, _, e, reqs in cells for r in reqs]
-            t = time.perf_counter()
-            old_found = old_get_many(db, all_keys)
-            old_grid_s = time.perf_counter() - t
-            db.close()
-            assert len(old_found) == total
-            t = time.perf_counter()
-            new_cache = ResponseCache(cache_dir, read_only=True)
-            new_cell = new_cache.get_many(keys)
-            new_cell_s = time.perf_counter() - t
-            t = time.perf_counter()
-            new_found = new_cache.contains_many(all_keys)
-            new_grid_s = time.perf_counter() - t
-            new_cache.close()
-            assert new_cell == old_cell and len(new_found) == total
-            print(f"\n{'lookups only, same keys':<34}{'old SQLite':>12}{'shards':>10}{'old/new':>10}")
+        def new_lookups(keys):
+            cache = ResponseCache(cache_dir, read_only=True)
+            try:
+                return cache.contains_many(keys)
+            finally:
+                cache.close()
+
+        found = timed("  its cache part: open + which of the grid's keys are cached", new_lookups, all_keys)
+        assert len(found) == total
+
+        print(f"\n{'step (shards)':<64}{'wall s':>8}{'CPU s':>8}")
+        for label, wall, cpu in rows_out:
+            print(f"{label:<64}{wall:>8.2f}{cpu:>8.2f}")
+        print(
+            f"{'model calls made by the cell / calls the estimate says to make':<64}{backend.calls:>8}{to_call:>8}"
+        )
+
+        if reference is not None and reference.is_file():
+
+            def old_lookups(keys):
+                db = sqlite3.connect(reference)
+                try:
+                    return old_get_many(db, keys)
+                finally:
+                    db.close()
+
+            def new_get_many(keys):
+                cache = ResponseCache(cache_dir, read_only=True)
+                try:
+                    return cache.get_many(keys)
+                finally:
+                    cache.close()
+
+            rows_out.clear()
+            old_cell = timed("old", old_lookups, cell_keys)
+            new_cell = timed("new", new_get_many, cell_keys)
+            assert new_cell == old_cell
+            old_grid = timed("old", old_lookups, all_keys)
+            new_grid = timed("new", new_lookups, all_keys)
+            assert len(old_grid) == len(new_grid) == total
+            (_, ocw, occ), (_, ncw, ncc), (_, ogw, ogc), (_, ngw, ngc) = rows_out
+            print(f"\n{'open + look up, same keys':<40}{'old SQLite':>16}{'shards':>16}{'old/new':>9}")
+            print(f"{'':<40}{'wall s   CPU s':>16}{'wall s   CPU s':>16}{'(CPU)':>9}")
             print(
-                f"{'one cell, get_many (with payloads)':<34}{old_cell_s:>12.2f}{new_cell_s:>10.2f}{old_cell_s / new_cell_s:>10.2f}"
+                f"{'one cell, get_many (answers)':<40}{ocw:>8.2f}{occ:>8.2f}{ncw:>8.2f}{ncc:>8.2f}{occ / ncc:>9.2f}"
             )
             print(
-                f"{'whole grid, which keys are cached':<34}{old_grid_s:>12.2f}{new_grid_s:>10.2f}{old_grid_s / new_grid_s:>10.2f}"
+                f"{'whole grid, which keys are cached':<40}{ogw:>8.2f}{ogc:>8.2f}{ngw:>8.2f}{ngc:>8.2f}{ogc / ngc:>9.2f}"
             )
     finally:
         if not args.dir:

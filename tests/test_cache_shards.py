@@ -95,15 +95,22 @@ def test_index_finds_keys_sharing_a_prefix_and_keys_in_several_shards(tmp_path):
     assert ResponseCache(path, read_only=True).count() == 5
 
 
+def interval_passed(cache: ResponseCache) -> None:
+    """As if the refresh interval (which adapts to how long a refresh takes) had passed since the last one."""
+    cache.index.last_refresh = 0.0
+
+
 def test_a_reader_sees_another_writers_new_answers_after_a_refresh(tmp_path):
     path = tmp_path / "llm"
     fill(path, [key(0)])
-    reader = ResponseCache(path, read_only=True, refresh_interval_s=0.0)
+    reader = ResponseCache(path, read_only=True)
     writer = ResponseCache(path)
     writer.put(key(1), "m", {}, {"texts": ["new"]})
+    interval_passed(reader)
     assert reader.get(key(1)) == {"texts": ["new"]}  # new entry of a new shard
     for i in range(2, 40):
         writer.put(key(i), "m", {}, {"texts": [str(i)]})
+    interval_passed(reader)
     assert reader.contains_many([key(i) for i in range(40)]) == {key(i) for i in range(40)}
     writer.close()
 
@@ -116,9 +123,10 @@ def test_large_index_merges_and_lookups_are_exact(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     keys = [bytes(rng.integers(0, 256, 32, dtype=np.uint8)).hex() for _ in range(300)]
     fill(path, keys[:100])
-    reader = ResponseCache(path, read_only=True, refresh_interval_s=0.0)
+    reader = ResponseCache(path, read_only=True)
     fill(path, keys[100:300])  # more than MERGE_AT new entries: merged into the sorted arrays
     absent = [bytes(rng.integers(0, 256, 32, dtype=np.uint8)).hex() for _ in range(50)]
+    interval_passed(reader)
     assert reader.contains_many(keys + absent) == set(keys)
     assert reader.get(keys[250]) == {"texts": [f"t-{keys[250][-6:]}"]}
 

@@ -299,17 +299,19 @@ class ShardIndex:
         """(shard, offset, length) of those hex `keys` the index holds."""
         if not keys:
             return {}
-        raw = [bytes.fromhex(k) for k in keys]
+        blob = bytes.fromhex("".join(keys))  # one call for all keys: lookups of a whole grid stay cheap
         found: dict[str, tuple[int, int, int]] = {}
         if len(self._prefix):
-            q = np.frombuffer(b"".join(raw), dtype=">u8").reshape(-1, 4).astype(np.uint64)
+            q = np.frombuffer(blob, dtype=">u8").reshape(-1, 4).astype(np.uint64)
             n = len(self._prefix)
             pos = np.searchsorted(self._prefix, q[:, 0])
             clipped = np.minimum(pos, n - 1)
             same_prefix = (pos < n) & (self._prefix[clipped] == q[:, 0])
             exact = same_prefix & (self._keys[clipped] == q).all(axis=1)
-            for i in np.flatnonzero(exact):
-                found[keys[i]] = tuple(int(v) for v in self._loc[clipped[i]])
+            hits = np.flatnonzero(exact)
+            found = dict(
+                zip([keys[i] for i in hits], map(tuple, self._loc[clipped[hits]].tolist()), strict=True)
+            )
             # Several entries can share a prefix (the same key in two shards, or, rarely, two keys).
             for i in np.flatnonzero(same_prefix & ~exact):
                 j = int(pos[i])
@@ -319,9 +321,11 @@ class ShardIndex:
                         break
                     j += 1
         if self._recent:
-            for key, kb in zip(keys, raw, strict=True):
-                if key not in found and kb in self._recent:
-                    found[key] = self._recent[kb]
+            for i, key in enumerate(keys):
+                if key not in found:
+                    location = self._recent.get(blob[32 * i : 32 * i + 32])
+                    if location is not None:
+                        found[key] = location
         return found
 
     def add(self, key: str, shard_name: str, offset: int, length: int) -> None:
