@@ -294,16 +294,18 @@ class ResponseCache:
                 )
 
     # --- reading ---------------------------------------------------------------------------------------
-    def _find(self, keys: list[str], refresh: bool) -> dict[str, tuple[int, int, int]]:
+    def _find(self, keys: list[str], refresh: bool, locations: bool = True) -> dict[str, Any]:
         """Locations of `keys`; on a miss, read what the shards gained (at most once per refresh interval)."""
-        found = self.index.find(keys)
+        found = self.index.find(keys, locations)
         # Often enough to find answers other jobs just made, rarely enough that re-reading the shards (slow
         # on a network file system with many of them) takes at most a tenth of the job's time.
         interval = max(self.refresh_interval_s, 10 * self.index.refresh_cost)
         stale = time.monotonic() - self.index.last_refresh >= interval
-        if refresh and stale and len(found) < len(set(keys)):
-            self.index.refresh()
-            found.update(self.index.find([k for k in keys if k not in found]))
+        if refresh and stale and len(found) < len(keys):
+            missing = [k for k in keys if k not in found]  # (keys may repeat)
+            if missing:
+                self.index.refresh()
+                found.update(self.index.find(missing, locations))
         return found
 
     def _readable(self, key: str, refresh: bool) -> bool:
@@ -321,7 +323,7 @@ class ResponseCache:
 
     def contains_many(self, keys: list[str]) -> set[str]:
         """Which of `keys` the cache holds, without reading the responses (the cost estimate's question)."""
-        return set(self._find(list(dict.fromkeys(keys)), refresh=True))
+        return set(self._find(list(keys), refresh=True, locations=False))
 
     def count(self) -> int:
         """Number of distinct stored responses."""

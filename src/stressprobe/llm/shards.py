@@ -295,8 +295,9 @@ class ShardIndex:
         self._prefix = self._keys[:, 0].copy()
 
     # --- lookup ----------------------------------------------------------------------------------------
-    def find(self, keys: list[str]) -> dict[str, tuple[int, int, int]]:
-        """(shard, offset, length) of those hex `keys` the index holds."""
+    def find(self, keys: list[str], locations: bool = True) -> dict[str, tuple[int, int, int] | None]:
+        """(shard, offset, length) of those hex `keys` the index holds (None with `locations=False`, which
+        answers only whether they are held, several times faster for a million keys)."""
         if not keys:
             return {}
         blob = bytes.fromhex("".join(keys))  # one call for all keys: lookups of a whole grid stay cheap
@@ -309,9 +310,11 @@ class ShardIndex:
             same_prefix = (pos < n) & (self._prefix[clipped] == q[:, 0])
             exact = same_prefix & (self._keys[clipped] == q).all(axis=1)
             hits = np.flatnonzero(exact)
-            found = dict(
-                zip([keys[i] for i in hits], map(tuple, self._loc[clipped[hits]].tolist()), strict=True)
-            )
+            held = [keys[i] for i in hits]
+            if locations:
+                found = dict(zip(held, map(tuple, self._loc[clipped[hits]].tolist()), strict=True))
+            else:
+                found = dict.fromkeys(held)
             # Several entries can share a prefix (the same key in two shards, or, rarely, two keys).
             for i in np.flatnonzero(same_prefix & ~exact):
                 j = int(pos[i])
