@@ -160,6 +160,6 @@ def test_bad_input_is_one_clear_line(tmp_path, name):
     for words in case.says:
         assert words in errors[0], f"{name}: {errors[0]!r} does not name {words!r}"
     assert requests == 0, f"{name}: {requests} model calls were made before the error"
-    assert cached_messages(workdir / "results" / "cache" / "llm.sqlite") == []
+    assert cached_messages(workdir / "results" / "cache" / "llm") == []
     assert not (workdir / target).exists()
     assert not any(path.exists() for path in judge_cell(workdir).values() if path.suffix != ".log")

@@ -28,7 +28,7 @@ def test_shipped_configs_validate(path):
 
 def test_defaults_are_filled_from_the_schema():
     config = validate_config({}, SCHEMA)
-    assert config["cache"]["path"].endswith(".sqlite")
+    assert config["cache"]["path"] == "results/cache/llm"
     assert config["embedding"]["model"].startswith("package:")
 
 

@@ -89,7 +89,7 @@ def test_duplicates_count_once_and_price_follows_tokens(tmp_path):
     requests.append(Request.chat(user="another question", max_tokens=7, n=2))
     cache = CacheView(tmp_path / "absent.sqlite")
     row = estimate_cell("judging", "d", "c", "m", entry, requests, cache)
-    assert not (tmp_path / "absent.sqlite").exists(), "estimating must not create the cache"
+    assert not (tmp_path / "absent").exists(), "estimating must not create the cache"
     assert (row.calls, row.cached, row.to_call) == (2, 0, 2)
     assert row.prompt_tokens == prompt_tokens(requests[0]) + prompt_tokens(requests[2])
     assert row.completion_tokens == 5 + 7 * 2

@@ -1,4 +1,7 @@
-"""The response cache: keys, hits and misses, claims, concurrent writers and a writer killed mid-write."""
+"""The response cache: keys, hits and misses, claims, concurrent writers and a writer killed mid-write.
+
+Many hosts, the old single-file cache and torn records: tests/test_cache_multihost.py, test_cache_shards.py.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 
 from stressprobe.llm import Request, Response, label_distribution
 from stressprobe.llm.backends.base import Backend
-from stressprobe.llm.cache import Claim, ResponseCache, cache_key
+from stressprobe.llm.cache import Claim, ResponseCache, cache_key, iter_records
 from stressprobe.llm.client import Client
 
 IDENTITY = {"backend": "fake", "model": "m"}
@@ -125,26 +128,33 @@ def _dead_pid() -> int:
 def test_claims_busy_for_live_owner_and_taken_over_when_owner_dead_or_expired(tmp_path):
     path = tmp_path / "c.sqlite"
     mine, other = ResponseCache(path), ResponseCache(path)
-    assert mine.claim("k") is Claim.MINE
-    assert other.claim("k") is Claim.BUSY  # same host, live pid (this process)
-    mine.put("k", "m", {}, {"texts": ["x"]})
-    assert other.claim("k") is Claim.DONE
-    db = sqlite3.connect(path)
-    db.execute("INSERT INTO claims VALUES ('dead', 'o', ?, ?, ?)", (mine.host, _dead_pid(), time.time()))
-    db.execute("INSERT INTO claims VALUES ('old', 'o', 'elsewhere', 1, ?)", (time.time() - 10_000,))
-    db.execute("INSERT INTO claims VALUES ('far', 'o', 'elsewhere', 1, ?)", (time.time(),))
+    key = "a" * 64
+    assert mine.claim(key) is Claim.MINE
+    assert other.claim(key) is Claim.BUSY  # same host, live pid (this process)
+    mine.put(key, "m", {}, {"texts": ["x"]})
+    assert other.claim(key) is Claim.DONE and other.get(key) == {"texts": ["x"]}
+    # Claims are host-local (a small SQLite file in the temp directory, never in the shared cache).
+    db = sqlite3.connect(mine.claims_path)
+    insert = "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed) VALUES (?, 'o', ?, ?, ?)"
+    db.execute(insert, ("d" * 64, mine.host, _dead_pid(), time.time()))
+    db.execute(insert, ("e" * 64, "elsewhere", 1, time.time() - 10_000))
+    db.execute(insert, ("f" * 64, "elsewhere", 1, time.time()))
     db.commit()
-    assert other.claim("dead") is Claim.MINE
-    assert other.claim("old") is Claim.MINE
-    assert other.claim("far") is Claim.BUSY
+    assert other.claim("d" * 64) is Claim.MINE  # dead owner on this host
+    assert other.claim("e" * 64) is Claim.MINE  # expired
+    assert other.claim("f" * 64) is Claim.BUSY  # live elsewhere
     mine.close()
     other.close()
+
+
+def _key(i: int) -> str:
+    return f"{i:064x}"
 
 
 def _write_many(path: str, start: int, count: int) -> None:
     cache = ResponseCache(path)
     for i in range(start, start + count):
-        key = f"k{i}"
+        key = _key(i)
         if cache.claim(key) is Claim.MINE:
             cache.put(key, "m", {"i": i}, {"texts": [f"t{i}"]})
     cache.close()
@@ -159,12 +169,14 @@ def test_two_processes_writing_concurrently(tmp_path):
     for w in writers:
         w.join(60)
     assert [w.exitcode for w in writers] == [0, 0]
-    db = sqlite3.connect(path)
-    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    rows = dict(db.execute("SELECT key, response FROM responses"))
+    rows = {r["key"]: r for r in iter_records(path)}
     assert len(rows) == 500
-    assert all(json.loads(rows[f"k{i}"])["texts"] == [f"t{i}"] for i in range(500))
-    assert db.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
+    assert all(rows[_key(i)]["response"]["texts"] == [f"t{i}"] for i in range(500))
+    cache = ResponseCache(path)
+    assert cache.count() == 500
+    undone = sqlite3.connect(cache.claims_path).execute("SELECT COUNT(*) FROM claims WHERE done = 0")
+    assert undone.fetchone() == (0,)
+    cache.close()
 
 
 def _open_at_once(path: str, barrier, failures) -> None:
@@ -203,14 +215,14 @@ def test_writer_killed_mid_write_leaves_a_readable_cache(tmp_path):
         time.sleep(0.4)
         os.kill(writer.pid, signal.SIGKILL)
         writer.join()
-    db = sqlite3.connect(path)
-    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    rows = db.execute("SELECT key, response FROM responses").fetchall()
+    rows = iter_records(path)
     assert len(rows) > 10
-    assert all(json.loads(text)["texts"] == [f"t{key[1:]}"] for key, text in rows)
+    assert all(r["response"]["texts"] == [f"t{int(r['key'], 16)}"] for r in rows)
     # The dead writers' claims do not block a new writer.
     _write_many(path, 0, len(rows) + 5)
-    assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == len(rows) + 5
+    cache = ResponseCache(path, read_only=True)
+    assert cache.count() == len(rows) + 5
+    cache.close()
 
 
 def test_unwritable_cache_is_a_one_line_error(tmp_path):

@@ -22,7 +22,7 @@ def closed_port() -> int:
 
 def open_error(tmp_path, models, name="judge") -> str:
     """The message of the StressprobeError that opening `name` raises; checks nothing was written."""
-    cache = tmp_path / "cache" / "llm.sqlite"
+    cache = tmp_path / "cache" / "llm"
     with pytest.raises(StressprobeError) as raised:
         open_client(models, name, cache)
     message = str(raised.value)

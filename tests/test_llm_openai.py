@@ -181,7 +181,7 @@ def _closed_port() -> int:
 def test_bad_model_config_is_one_line_error_before_any_call(tmp_path, monkeypatch, models, name, needle):
     monkeypatch.delenv("UNSET_VAR_X", raising=False)
     with pytest.raises(StressprobeError) as info:
-        open_client(models, name, tmp_path / "c.sqlite")
+        open_client(models, name, tmp_path / "c")
     message = str(info.value)
     assert needle in message and "\n" not in message and "; " in message  # what is wrong; what to fix
-    assert not (tmp_path / "c.sqlite").exists()
+    assert not (tmp_path / "c").exists()

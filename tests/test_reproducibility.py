@@ -37,7 +37,7 @@ def two_runs(tmp_path_factory):
     """The tiny config run in two working directories that share one cache."""
     tmp = tmp_path_factory.mktemp("repro")
     config = yaml.safe_load(TINY_CONFIG.read_text())
-    config["cache"] = {"path": str(tmp / "cache" / "llm.sqlite")}
+    config["cache"] = {"path": str(tmp / "cache" / "llm")}
     config_path = tmp / "tiny-shared-cache.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     workdirs = [make_workdir(tmp / name) for name in ("first", "second")]

@@ -7,7 +7,6 @@ exactly the files of an uninterrupted run in another directory against another s
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def test_killed_judging_cell_resumes_without_paying_twice(tmp_path):
         wait_until(lambda: server.total_requests >= PAIRS // 2 + 1, proc)
         kill_group(proc)
         before = Counter(server.requests)
-        completed = set(cached_messages(workdir / "results" / "cache" / "llm.sqlite"))
+        completed = set(cached_messages(workdir / "results" / "cache" / "llm"))
         assert 0 < len(completed) < PAIRS, (
             f"the kill did not land mid-cell ({len(completed)} of {PAIRS} done)"
         )
@@ -90,7 +89,7 @@ def test_killed_cdv_search_resumes_without_paying_twice(tmp_path):
         wait_until(lambda: server.total_requests >= 7, proc)
         kill_group(proc)
         before = Counter(server.requests)
-        completed = set(cached_messages(workdir / "results" / "cache" / "llm.sqlite"))
+        completed = set(cached_messages(workdir / "results" / "cache" / "llm"))
         assert completed, "the kill landed before any call completed"
         assert not (workdir / target).exists()
 
@@ -114,7 +113,7 @@ def test_killed_cdv_search_resumes_without_paying_twice(tmp_path):
 
 
 def test_two_jobs_sharing_one_cache(tmp_path):
-    shared_cache = tmp_path / "shared" / "llm.sqlite"
+    shared_cache = tmp_path / "shared" / "llm"
     workdirs = [make_workdir(tmp_path / f"work{i}") for i in (1, 2)]
     with OpenAIServer(latency=0.2) as server:
         procs = []
@@ -135,9 +134,10 @@ def test_two_jobs_sharing_one_cache(tmp_path):
     usages = [json.loads(judge_cell(w)["usage"].read_text()) for w in workdirs]
     assert sum(u["calls_made"] for u in usages) == PAIRS
     assert sum(u["cache_hits"] for u in usages) == PAIRS
-    with sqlite3.connect(shared_cache) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert db.execute("SELECT COUNT(*) FROM responses").fetchone() == (PAIRS,)
-        assert db.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)
+    # At most one shard per job (each written by its job alone), and every answer stored exactly once.
+    shards = list(shared_cache.glob("*.jsonl"))
+    assert 1 <= len(shards) <= 2
+    assert sum(len(s.read_bytes().splitlines()) for s in shards) == PAIRS
+    assert len(cached_messages(shared_cache)) == PAIRS
     outputs = [comparable(result_files(w)) for w in workdirs]
     assert outputs[0] == outputs[1]

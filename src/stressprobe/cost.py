@@ -25,7 +25,7 @@ from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
 from stressprobe.llm import Request, answer_prefill
 from stressprobe.llm.backends import backend_identity
-from stressprobe.llm.cache import ResponseCache, cache_key
+from stressprobe.llm.cache import ResponseCache, cache_exists, cache_key
 from stressprobe.llm.usage import BATCH_PRICE_FACTOR, cost_usd, effective_price
 from stressprobe.persona.judging import (
     JudgeSettings,
@@ -79,13 +79,16 @@ def price_usd(entry: Mapping[str, Any], prompt: int, completion: int) -> float:
 
 
 class CacheView:
-    """Which request keys the shared response cache already holds (nothing when the file does not exist)."""
+    """Which request keys the shared response cache already holds (nothing when it does not exist).
+
+    Read-only (no shard, no claims) and reads only the shards' key indexes, never the responses.
+    """
 
     def __init__(self, path: str | Path) -> None:
-        self.cache = ResponseCache(path) if Path(path).is_file() else None
+        self.cache = ResponseCache(path, read_only=True) if cache_exists(path) else None
 
     def cached(self, keys: Sequence[str]) -> set[str]:
-        return set(self.cache.get_many(list(keys))) if self.cache is not None else set()
+        return self.cache.contains_many(list(keys)) if self.cache is not None else set()
 
     def close(self) -> None:
         if self.cache is not None:

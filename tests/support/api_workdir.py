@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from stressprobe.llm.cache import iter_records
 from tests.support.helpers import ROOT, run_snakemake, snakemake_command, workflow_env
 
 API_CONFIG = ROOT / "tests" / "configs" / "api.yaml"
@@ -185,9 +185,5 @@ def body_messages(body_key: str) -> tuple[tuple[str, str], ...]:
 
 
 def cached_messages(cache_path: Path) -> list[tuple[tuple[str, str], ...]]:
-    """The messages of every response stored in a response cache (read-only, straight from SQLite)."""
-    if not cache_path.exists():
-        return []
-    with sqlite3.connect(f"file:{cache_path}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT request FROM responses").fetchall()
-    return [tuple(tuple(m) for m in json.loads(row[0])["messages"]) for row in rows]
+    """The messages of every response stored in a response cache (read straight from its shard files)."""
+    return [tuple(tuple(m) for m in record["request"]["messages"]) for record in iter_records(cache_path)]

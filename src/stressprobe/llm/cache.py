@@ -1,9 +1,18 @@
-"""The response cache: one SQLite file shared by every job, keyed by a content hash of the request.
+"""The response cache: a directory of per-job shards shared by every job, keyed by a content hash of the request.
 
-Safe for several processes at once (WAL journal, busy timeout, short IMMEDIATE transactions) and for a
-killed writer: each response is committed on its own as soon as it exists, so `kill -9` loses only the
-calls that were in flight. A claims table makes sure that two jobs asking the same question at the same
-time pay for it once: a job claims a key before calling the model, others wait for the answer.
+Safe for many jobs on many hosts over a network file system (NFS, Lustre, GPFS): each job appends only to
+shard files it alone created (see `shards.py`), reads everyone's shards read-only, and relies on no file
+lock or shared memory for correctness. A killed job loses only the calls that were in flight: each response
+is committed by its own `write()` as soon as it exists, and a torn last record is ignored.
+
+Claims (two jobs asking the same question at once pay for it once) live in a small SQLite file on the
+host's local temporary directory, shared by the jobs of one host only: they save money, never decide what
+is stored. Across hosts a key can be paid for at most once per host whose jobs ask for it before the first
+answer is visible there (README, "The response cache on a cluster"); `tests/test_cache_multihost.py`
+measures it.
+
+`cache.path` names the directory. An old single-file cache `X.sqlite` is read once into a shard of the
+directory `X` (a path ending in `.sqlite` means that directory), so no paid answer is lost.
 """
 
 from __future__ import annotations
@@ -15,24 +24,41 @@ import logging
 import os
 import socket
 import sqlite3
+import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from stressprobe.errors import StressprobeError
+from stressprobe.llm.shards import (
+    DATA_SUFFIX,
+    INDEX_SUFFIX,
+    TMP_PREFIX,
+    ShardIndex,
+    ShardWriter,
+    decode_line,
+    encode_entry,
+    encode_line,
+    parse_record,
+    parse_response,
+    read_legacy_rows,
+    record_body,
+)
 from stressprobe.llm.types import Request
 
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    key TEXT PRIMARY KEY, model TEXT NOT NULL, request TEXT NOT NULL, response TEXT NOT NULL,
-    created REAL NOT NULL
-);
+HOST_ENV = (
+    "STRESSPROBE_HOST"  # overrides the host name in shard names and claims (for tests without namespaces)
+)
+CLAIMS_DIR_ENV = "STRESSPROBE_CLAIMS_DIR"  # where the host-local claims live (default: the temp directory)
+
+_CLAIMS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS claims (
-    key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, claimed REAL NOT NULL
-);
+    key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, claimed REAL NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+)
 """
 
 
@@ -92,104 +118,279 @@ def _enable_wal(db: sqlite3.Connection, wait_s: float = 120.0) -> None:
             delay = min(delay * 2, 0.5)
 
 
-class ResponseCache:
-    """A process's connection to the shared cache file."""
+def host_name() -> str:
+    """This host's name as shard names and claims use it."""
+    return os.environ.get(HOST_ENV) or socket.gethostname()
 
-    def __init__(self, path: str | os.PathLike, claim_ttl_s: float = 1800.0) -> None:
+
+def cache_locations(path: str | os.PathLike) -> tuple[Path, Path]:
+    """(shard directory, old single-file cache) of a configured `cache.path`.
+
+    `results/cache/llm` and `results/cache/llm.sqlite` name the same cache: the directory `llm` and, if
+    it exists, the old file `llm.sqlite` beside it, read once.
+    """
+    path = Path(path)
+    if path.suffix == ".sqlite":
+        return path.with_suffix(""), path
+    return path, path.with_name(path.name + ".sqlite")
+
+
+def cache_exists(path: str | os.PathLike) -> bool:
+    """Whether a cache (directory or old file) exists at `cache.path`."""
+    directory, legacy = cache_locations(path)
+    return directory.is_dir() or legacy.is_file()
+
+
+class ResponseCache:
+    """A job's view of the shared cache: reads every shard, writes only its own (created at its first put).
+
+    `read_only=True` (the cost estimate) writes nothing and takes no claims.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        claim_ttl_s: float = 1800.0,
+        read_only: bool = False,
+        refresh_interval_s: float = 0.25,
+    ) -> None:
         self.path = Path(path)
+        self.directory, self.legacy = cache_locations(path)
         self.claim_ttl_s = claim_ttl_s
-        self.host = socket.gethostname()
+        self.read_only = read_only
+        self.refresh_interval_s = refresh_interval_s
+        self.host = host_name()
         self.pid = os.getpid()
-        self.owner = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
+        # The owner names this writer's shard: host, pid and a random id, so it is unique across hosts.
+        self.owner = f"{_safe(self.host)}-{self.pid}-{uuid.uuid4().hex[:12]}"
+        self._writer: ShardWriter | None = None
+        self._claims: sqlite3.Connection | None = None
+        self.claims_path: Path | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                self.path, timeout=120.0, isolation_level=None, check_same_thread=False
-            )
-            # busy_timeout first: switching to WAL itself needs a lock another opener may hold.
-            self._db.execute("PRAGMA busy_timeout=120000")
-            _enable_wal(self._db)
-            # NORMAL is durable against a killed process (not against power loss) and never corrupts in WAL.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            with self._transaction():
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    self._db.execute(statement)
+            if self.directory.exists() and not self.directory.is_dir():
+                raise OSError(f"{self.directory} is a file, the cache is now a directory of shards")
+            if not read_only or self.legacy.is_file():
+                self.directory.mkdir(parents=True, exist_ok=True)
+            if self.legacy.is_file():
+                self._migrate()
+            self.index = ShardIndex(self.directory)
+            self.index.refresh()
         except (sqlite3.Error, OSError) as exc:
             raise StressprobeError(
                 f"cache.path {self.path}: cannot open the response cache ({exc}); "
                 "check the path, free space and permissions"
             ) from None
+        if not read_only:
+            self._open_claims()
+
+    # --- old single-file caches ------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        """Copy an old `llm.sqlite` into one shard, once (the shard's name is the old file's size and mtime).
+
+        Written under temporary names and renamed, index last: jobs converting at the same moment write the
+        same shard, and a half-written conversion is never read.
+        """
+        stat = self.legacy.stat()
+        name = f"legacy-{stat.st_size}-{stat.st_mtime_ns}"
+        if (self.directory / f"{name}{INDEX_SUFFIX}").exists():
+            return
+        tmp = self.directory / f"{TMP_PREFIX}{name}-{self.owner}"
+        size = count = 0
+        with open(f"{tmp}{DATA_SUFFIX}", "wb") as data, open(f"{tmp}{INDEX_SUFFIX}", "wb") as index:
+            for key, model, request, response, created in read_legacy_rows(self.legacy):
+                body = record_body(key, model, json.loads(request), json.loads(response), created)
+                line = encode_line(key, body)
+                data.write(line)
+                index.write(encode_entry(bytes.fromhex(key), size, len(line)))
+                size += len(line)
+                count += 1
+            for fh in (data, index):
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(f"{tmp}{DATA_SUFFIX}", self.directory / f"{name}{DATA_SUFFIX}")
+        os.replace(f"{tmp}{INDEX_SUFFIX}", self.directory / f"{name}{INDEX_SUFFIX}")
+        log.info(
+            "response cache: converted %s into %s/%s (%d responses)",
+            self.legacy,
+            self.directory,
+            name,
+            count,
+        )
+
+    # --- claims (this host only) -----------------------------------------------------------------------
+    def _open_claims(self) -> None:
+        """The claims file of this cache on this host; without one (no local temp dir) claims are skipped."""
+        base = Path(os.environ.get(CLAIMS_DIR_ENV) or tempfile.gettempdir()) / "stressprobe-claims"
+        # The directory's inode too: a cache deleted and made again does not inherit the old claims.
+        where = f"{self.directory.resolve()}:{self.directory.stat().st_ino}"
+        ident = hashlib.sha256(where.encode()).hexdigest()[:16]
+        self.claims_path = base / f"{ident}-{_safe(self.host)}.sqlite"
+        try:
+            base.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(
+                self.claims_path, timeout=120.0, isolation_level=None, check_same_thread=False
+            )
+            db.execute("PRAGMA busy_timeout=120000")
+            _enable_wal(db)
+            db.execute("PRAGMA synchronous=OFF")  # claims are hints: losing them on a power cut costs nothing
+            db.execute(_CLAIMS_SCHEMA)
+            self._claims = db
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("response cache: no host-local claims (%s); concurrent jobs may pay twice", exc)
+            self._claims = None
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The stored payload of `key`, or None."""
-        row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
-
-    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        """Stored payloads of those `keys` that are in the cache."""
-        found: dict[str, dict[str, Any]] = {}
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), 500):  # stay below SQLite's bound-parameter limit
-            chunk = unique[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for key, text in self._db.execute(
-                f"SELECT key, response FROM responses WHERE key IN ({marks})", chunk
-            ):
-                found[key] = json.loads(text)
-        return found
-
-    def claim(self, key: str) -> Claim:
-        """Try to become the one process that computes `key`; stale claims of dead owners are taken over."""
-        with self._transaction():
-            if self._db.execute("SELECT 1 FROM responses WHERE key = ?", (key,)).fetchone():
-                return Claim.DONE
-            row = self._db.execute(
-                "SELECT owner, host, pid, claimed FROM claims WHERE key = ?", (key,)
-            ).fetchone()
-            if row is not None and row[0] != self.owner and not self._is_stale(*row[1:]):
-                return Claim.BUSY
-            if row is not None and row[0] != self.owner:
-                log.warning("taking over a stale claim on %s from %s", key[:12], row[0])
-            self._db.execute(
-                "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed) VALUES (?, ?, ?, ?, ?)",
-                (key, self.owner, self.host, self.pid, time.time()),
-            )
-            return Claim.MINE
+        return _Transaction(self._claims)
 
     def _is_stale(self, host: str, pid: int, claimed: float) -> bool:
         if time.time() - claimed > self.claim_ttl_s:
             return True
         return host == self.host and not _pid_alive(pid)
 
-    def put(self, key: str, model: str, record: dict[str, Any], payload: dict[str, Any]) -> None:
-        """Store a completed response and drop its claim, in one committed transaction."""
+    def claim(self, key: str) -> Claim:
+        """Try to become the one process (on this host) that computes `key`; stale claims are taken over."""
+        if self._readable(key, refresh=True):
+            return Claim.DONE
+        if self._claims is None:
+            return Claim.MINE
         with self._transaction():
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, model, request, response, created) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (key, model, canonical_json(record), canonical_json(payload), time.time()),
+            row = self._claims.execute(
+                "SELECT owner, host, pid, claimed, done FROM claims WHERE key = ?", (key,)
+            ).fetchone()
+            if row is not None and row[4]:
+                done_by = row[0]
+            else:
+                done_by = None
+                if row is not None and row[0] != self.owner and not self._is_stale(*row[1:4]):
+                    return Claim.BUSY
+                if row is not None and row[0] != self.owner:
+                    log.warning("taking over a stale claim on %s from %s", key[:12], row[0])
+                self._claims.execute(
+                    "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed, done) "
+                    "VALUES (?, ?, ?, ?, ?, 0)",
+                    (key, self.owner, self.host, self.pid, time.time()),
+                )
+                return Claim.MINE
+        # Another job of this host stored it: its shard is on this host, so a read of that shard finds it.
+        self.index.refresh(only=done_by)
+        if self._readable(key, refresh=False):
+            return Claim.DONE
+        self.index.refresh()
+        if self._readable(key, refresh=False):
+            return Claim.DONE
+        with self._transaction():  # the claims file outlived the answer (e.g. the cache was deleted)
+            self._claims.execute(
+                "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed, done) VALUES (?, ?, ?, ?, ?, 0)",
+                (key, self.owner, self.host, self.pid, time.time()),
             )
-            self._db.execute("DELETE FROM claims WHERE key = ?", (key,))
+        return Claim.MINE
 
     def release(self, key: str) -> None:
         """Give up a claim (the call failed), so another process may try."""
-        with self._transaction():
-            self._db.execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
+        if self._claims is not None:
+            with self._transaction():
+                self._claims.execute(
+                    "DELETE FROM claims WHERE key = ? AND owner = ? AND done = 0", (key, self.owner)
+                )
+
+    # --- reading ---------------------------------------------------------------------------------------
+    def _find(self, keys: list[str], refresh: bool, locations: bool = True) -> dict[str, Any]:
+        """Locations of `keys`; on a miss, read what the shards gained (at most once per refresh interval)."""
+        found = self.index.find(keys, locations)
+        # Often enough to find answers other jobs just made, rarely enough that re-reading the shards (slow
+        # on a network file system with many of them) takes at most a tenth of the job's time.
+        interval = max(self.refresh_interval_s, 10 * self.index.refresh_cost)
+        stale = time.monotonic() - self.index.last_refresh >= interval
+        if refresh and stale and len(found) < len(keys):
+            missing = [k for k in keys if k not in found]  # (keys may repeat)
+            if missing:
+                self.index.refresh()
+                found.update(self.index.find(missing, locations))
+        return found
+
+    def _readable(self, key: str, refresh: bool) -> bool:
+        """Whether `key` is stored intact (an index entry whose record is not yet visible or damaged is not)."""
+        return bool(self.index.read(self._find([key], refresh=refresh)))
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored payload of `key`, or None."""
+        return self.get_many([key]).get(key)
+
+    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """Stored payloads of those `keys` that are in the cache."""
+        bodies = self.index.read(self._find(list(dict.fromkeys(keys)), refresh=True))
+        return {key: parse_response(body) for key, body in bodies.items()}
+
+    def contains_many(self, keys: list[str]) -> set[str]:
+        """Which of `keys` the cache holds, without reading the responses (the cost estimate's question)."""
+        return set(self._find(list(keys), refresh=True, locations=False))
 
     def count(self) -> int:
-        """Number of stored responses."""
-        return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        """Number of distinct stored responses."""
+        self.index.refresh()
+        return self.index.distinct_keys()
+
+    # --- writing ---------------------------------------------------------------------------------------
+    def put(self, key: str, model: str, record: dict[str, Any], payload: dict[str, Any]) -> None:
+        """Commit a completed response to this job's shard, then mark its claim done."""
+        if self.read_only:
+            raise RuntimeError("a read-only response cache cannot store responses")
+        try:
+            if self._writer is None:
+                self._writer = ShardWriter(self.directory, self.owner)
+            offset, length = self._writer.append(key, record_body(key, model, record, payload, time.time()))
+        except OSError as exc:
+            raise StressprobeError(
+                f"cache.path {self.path}: cannot store a response ({exc}); check free space and permissions"
+            ) from None
+        self.index.add(key, self.owner, offset, length)
+        if self._claims is not None:
+            with self._transaction():
+                self._claims.execute(
+                    "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed, done) VALUES (?, ?, ?, ?, ?, 1)",
+                    (key, self.owner, self.host, self.pid, time.time()),
+                )
 
     def close(self) -> None:
-        """Release this process's remaining claims and close the connection."""
+        """Sync and close this job's shard, release its remaining claims."""
         try:
-            with self._transaction():
-                self._db.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
         finally:
-            self._db.close()
+            if self._claims is not None:
+                try:
+                    with self._transaction():
+                        self._claims.execute("DELETE FROM claims WHERE owner = ? AND done = 0", (self.owner,))
+                finally:
+                    self._claims.close()
+                    self._claims = None
+
+
+def _safe(name: str) -> str:
+    """A host name as a file-name part."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "host"
+
+
+def iter_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every stored record (key, model, request, response, created) of a cache, one per distinct key."""
+    directory, legacy = cache_locations(path)
+    if legacy.is_file():
+        ResponseCache(path, read_only=True).close()  # converts it
+    records: dict[str, dict[str, Any]] = {}
+    if not directory.is_dir():
+        return []
+    for data_path in sorted(directory.glob(f"*{DATA_SUFFIX}")):
+        if data_path.name.startswith(TMP_PREFIX):
+            continue
+        with open(data_path, "rb") as fh:
+            for line in fh:
+                decoded = decode_line(line)
+                if decoded is None:
+                    break  # a torn last record
+                if decoded[0] not in records:
+                    records[decoded[0]] = parse_record(decoded[1])
+    return list(records.values())
 
 
 class _Transaction:
@@ -203,3 +404,63 @@ class _Transaction:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def compact(path: str | os.PathLike) -> tuple[int, int]:
+    """Merge every shard of a cache into one, one record per key; returns (shards before, records kept).
+
+    Run it while no job uses the cache (readers holding the old shards' locations would miss them). The
+    merged shard is written under a temporary name and renamed, index last, before the old shards go, so
+    a crash at any point leaves every answer readable (at worst twice).
+    """
+    directory, legacy = cache_locations(path)
+    if legacy.is_file():
+        ResponseCache(path, read_only=True).close()  # converts it first
+    if not directory.is_dir():
+        raise StressprobeError(f"cache.path {path}: no response cache there")
+    old = sorted(p for p in directory.glob(f"*{DATA_SUFFIX}") if not p.name.startswith(TMP_PREFIX))
+    name = f"compact-{_safe(host_name())}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp = directory / f"{TMP_PREFIX}{name}"
+    seen: set[str] = set()
+    size = 0
+    with open(f"{tmp}{DATA_SUFFIX}", "wb") as data, open(f"{tmp}{INDEX_SUFFIX}", "wb") as index:
+        for shard in old:
+            with open(shard, "rb") as fh:
+                for line in fh:
+                    decoded = decode_line(line)
+                    if decoded is None:
+                        break  # a torn last record
+                    if decoded[0] in seen:
+                        continue
+                    seen.add(decoded[0])
+                    data.write(line)
+                    index.write(encode_entry(bytes.fromhex(decoded[0]), size, len(line)))
+                    size += len(line)
+        for fh in (data, index):
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(f"{tmp}{DATA_SUFFIX}", directory / f"{name}{DATA_SUFFIX}")
+    os.replace(f"{tmp}{INDEX_SUFFIX}", directory / f"{name}{INDEX_SUFFIX}")
+    for shard in old:
+        shard.with_suffix(INDEX_SUFFIX).unlink(missing_ok=True)
+        shard.unlink()
+    return len(old), len(seen)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m stressprobe.llm.cache compact PATH`: merge a cache's shards (while no job runs)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m stressprobe.llm.cache", description=main.__doc__)
+    parser.add_argument("command", choices=["compact"])
+    parser.add_argument("path", help="the cache directory (cache.path), or an old .sqlite file to convert")
+    args = parser.parse_args(argv)
+    try:
+        shards, kept = compact(args.path)
+    except (OSError, StressprobeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"{args.path}: {shards} shards merged into one, {kept} responses")
+
+
+if __name__ == "__main__":
+    main()
