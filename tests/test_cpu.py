@@ -6,7 +6,10 @@ import signal
 import sys
 
 import pytest
+import yaml
+from helpers import ROOT, TINY_CONFIG
 
+from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.cpu import (
     ProbeResult,
@@ -16,6 +19,8 @@ from stressprobe.llm.cpu import (
     decide_extra_buffers,
     run_probe,
 )
+
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 # Two processors as /proc/cpuinfo lists them (trimmed): one line of flags each.
 CPUINFO_AMX = """processor\t: 0
@@ -122,3 +127,30 @@ def test_unwritable_cache_only_costs_a_repeated_probe(tmp_path):
     blocker.write_text("not a directory")
     result = cached_probe("k", lambda: ProbeResult(0), blocker / "sub")
     assert result.safe
+
+
+@pytest.mark.parametrize(
+    ("text", "stored", "enabled"),
+    [
+        (None, "auto", True),
+        ("auto", "auto", True),
+        ("off", False, False),
+        ("'off'", "off", False),
+        ("on", True, True),
+    ],
+)
+def test_schema_fills_auto_and_takes_on_off_as_yaml_writes_them(text, stored, enabled):
+    config = yaml.safe_load(TINY_CONFIG.read_text(encoding="utf-8"))
+    if text is not None:
+        config["models"]["smollm2-135m"]["extra_buffers"] = yaml.safe_load(f"value: {text}")["value"]
+    entry = validate_config(config, SCHEMA)["models"]["smollm2-135m"]
+    assert entry["extra_buffers"] == stored
+    # On a CPU that does not advertise AMX, auto means on without a probe.
+    assert decide_extra_buffers(entry["extra_buffers"], frozenset(), never_probe).enabled is enabled
+
+
+def test_schema_rejects_other_values():
+    config = yaml.safe_load(TINY_CONFIG.read_text(encoding="utf-8"))
+    config["models"]["smollm2-135m"]["extra_buffers"] = "fast"
+    with pytest.raises(StressprobeError, match="models.smollm2-135m.extra_buffers"):
+        validate_config(config, SCHEMA)
