@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import io
+import re
 import time
+
+import pytest
+import yaml
+from helpers import TINY_CONFIG, run_snakemake
 
 from stressprobe.llm.progress import (
     MIN_BATCH,
@@ -149,3 +154,26 @@ def test_bar_only_on_a_terminal(monkeypatch):
         assert ("\r" in text) is expect_bar
         if expect_bar:
             assert text.endswith(progress_bar("m", 40, 40, 1.0) + "\x1b[K\n")
+
+
+@pytest.mark.slow
+def test_a_real_judge_job_logs_its_progress(workdir, tmp_path):
+    config = yaml.safe_load(TINY_CONFIG.read_text(encoding="utf-8"))
+    # 5 queries x 4 passages: a cell of 20 pairs, the smallest batch reported with done/total; the judge
+    # reads the passages (no summaries) and writes the grade after the prefilled answer prefix.
+    config["judging"]["datasets"]["demo-dl"].update(queries=5, max_passages_per_query=4, summarize=False)
+    config["judging"]["judge_max_tokens"] = 2
+    configfile = tmp_path / "progress.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    target = "results/judging/demo-dl/judgments/smollm2-135m/fixed/gap.jsonl"
+    run_snakemake(workdir, target, configfile=configfile)
+    log_text = (workdir / "results/logs/judging/demo-dl/judge/smollm2-135m/fixed/gap.log").read_text()
+    assert "job: rule judge, wildcards dataset=demo-dl, model=smollm2-135m" in log_text
+    assert "smollm2-135m: 20 requests, 0 answered from the cache, 20 to compute" in log_text
+    lines = re.findall(r"smollm2-135m: (\d+)/20 \((\d+)%\), ([\d.]+) calls/s, (.*)", log_text)
+    # A line at every 5 % (one pair; more when a call takes over 30 s), the last at 20/20 with the totals.
+    done = [int(d) for d, *_ in lines]
+    assert set(range(1, 21)) <= set(done) and done == sorted(done) and done[-1] == 20
+    assert float(lines[-1][2]) > 0
+    assert "ETA" in lines[0][3] and "ETA" not in lines[-1][3]
+    assert re.search(r"job so far: 20 calls, 0 cache hits, 0 errors, [\d,]+ tokens .*\$0\.0000", lines[-1][3])
