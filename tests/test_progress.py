@@ -177,3 +177,14 @@ def test_a_real_judge_job_logs_its_progress(workdir, tmp_path):
     assert float(lines[-1][2]) > 0
     assert "ETA" in lines[0][3] and "ETA" not in lines[-1][3]
     assert re.search(r"job so far: 20 calls, 0 cache hits, 0 errors, [\d,]+ tokens .*\$0\.0000", lines[-1][3])
+
+
+def test_a_batch_answered_from_the_cache_gets_one_line():
+    clock, lines = Clock(), []
+    progress = Progress("m", clock=clock, emit=lines.append, stream=io.StringIO(), heartbeat=False)
+    for _ in range(2):  # the second time, after a batch whose lines ended at its total
+        usage = Usage(cache_hits=40)
+        progress.begin(40, 40, usage)
+        progress.finish(usage)
+    assert len(lines) == 2 and all(line.startswith("m: 40/40 (100%)") for line in lines)
+    assert "40 cache hits" in lines[0]

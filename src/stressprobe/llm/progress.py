@@ -155,12 +155,13 @@ class Progress:
             self.total, self.done, self.fresh, self.cached = total, cached, 0, cached
             self.batch_start = self.clock()
             self._batch_open = True
+            # A batch answered entirely from the cache gets its one line when it finishes.
+            self.last_done = cached if cached < total else 0
             if self.big and cached < total:
                 self._line(
                     f"{self.label}: {total} requests, {cached} answered from the cache, "
                     f"{total - cached} to compute"
                 )
-                self.last_done = cached
         if self.heartbeat and self._thread is None:
             self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
             self._thread.start()
