@@ -114,10 +114,10 @@ def extra_buffers_cost(requests: list[Request], rounds: int) -> None:
         for side in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
             rate, texts[side] = bare_loop(requests, sides[side])
             rates[side].append(rate)
-            print(f"extra buffer types {side:<4}{rate:>10.2f} calls/s", flush=True)
+            print(f"extra buffer types {side:<4}{rate:>10.3g} calls/s", flush=True)
     print(f"load average (1 min) at end: {os.getloadavg()[0]:.1f}")
     on, off = (len(rates[s]) / sum(1 / r for r in rates[s]) for s in ("on", "off"))
-    print(f"ratio off / on over {rounds} rounds: {off:.2f} / {on:.2f} = {off / on:.2f}")
+    print(f"ratio off / on over {rounds} rounds: {off:.3g} / {on:.3g} = {off / on:.2f}")
     same = sum(a == b for a, b in zip(texts["on"], texts["off"], strict=True))
     print(f"same text with and without: {same}/{len(requests)}")
 
