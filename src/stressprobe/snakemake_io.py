@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from stressprobe.errors import StressprobeError
 
@@ -35,9 +37,66 @@ def remove_outputs(outputs: list[str]) -> None:
             path.unlink()
 
 
+def job_models(wildcards: Mapping[str, str], models: Mapping[str, Any] | None) -> dict[str, str]:
+    """The models a job calls, name -> backend: its `model` wildcard, else the registry entries it was given."""
+    models = models or {}
+    names = [wildcards["model"]] if wildcards.get("model") in models else sorted(models)
+    return {name: str((models[name] or {}).get("backend", "?")) for name in names}
+
+
+def crash_context(rule: str, wildcards: Mapping[str, str], models: Mapping[str, str]) -> list[str]:
+    """The lines a job's log starts with: what runs, and what to try if it dies from a signal.
+
+    A native crash (llama.cpp, torch) kills the process before Python can log anything; faulthandler then
+    appends the signal and the Python stack, and these lines give that stack its context and a remedy.
+    """
+    where = ", ".join(f"{k}={v}" for k, v in wildcards.items()) or "none"
+    used = ", ".join(f"{name} ({backend})" for name, backend in models.items()) or "none"
+    lines = [f"job: rule {rule}, wildcards {where}, models {used}, pid {os.getpid()}"]
+    advice = (
+        "a native crash (a signal such as SIGILL or SIGSEGV) ends this log with 'Fatal Python error' and "
+    )
+    advice += "the Python stack where it happened"
+    local = [name for name, backend in models.items() if backend == "llamacpp"]
+    if local:
+        keys = ", ".join(f"models.{name}.extra_buffers" for name in local)
+        advice += (
+            f"; inside llama.cpp it is usually a CPU feature this machine advertises but cannot run "
+            f"(e.g. AMX): set {keys} to off in the config and rerun"
+        )
+    else:
+        advice += "; rerun this job alone (snakemake -c1 --forcerun <its output>) to see whether it repeats"
+    return [*lines, advice]
+
+
+_crash_log: IO[str] | None = None
+
+
+def enable_crash_log(log_path: str | None) -> None:
+    """Write the Python stack of every thread to the job's log (or stderr) when a fatal signal arrives."""
+    global _crash_log
+    if log_path is None:
+        faulthandler.enable(sys.stderr, all_threads=True)
+        return
+    # Its own handle in append mode, kept for the process's life: faulthandler writes to its descriptor
+    # from the signal handler, after whatever the logging handler has flushed.
+    _crash_log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115
+    faulthandler.enable(_crash_log, all_threads=True)
+
+
 def run_script(main: Callable[[Any], None], smk: Any) -> None:
-    """Run `main(smk)`; a StressprobeError becomes one line on stderr and in the log, and exit status 1."""
-    configure_logging(smk.log[0] if len(smk.log) else None)
+    """Run `main(smk)`; a StressprobeError becomes one line on stderr and in the log, and exit status 1.
+
+    The log first names the job (rule, wildcards, models); a native crash appends its signal and stack.
+    """
+    log_path = smk.log[0] if len(smk.log) else None
+    configure_logging(log_path)
+    params = getattr(smk, "params", None)
+    models = params.get("models") if hasattr(params, "get") else None
+    wildcards = dict(smk.wildcards.items()) if hasattr(smk.wildcards, "items") else {}
+    for line in crash_context(getattr(smk, "rule", "?"), wildcards, job_models(wildcards, models)):
+        log.info("%s", line)
+    enable_crash_log(log_path)
     try:
         main(smk)
     except StressprobeError as exc:

@@ -6,7 +6,7 @@ Usage::
         server.base_url                    # http://127.0.0.1:<port>/v1
         server.model_id                    # the id the server lists (its --model_alias)
 
-The server is started through `python tests/llama_server.py ARGS...` (this file's `main`), a tiny launcher
+The server is started through `python tests/support/llama_server.py ARGS...` (this file's `main`), a tiny launcher
 around `llama_cpp.server`: with STRESSPROBE_LLAMA_NO_EXTRA_BUFTS=1 it loads the model with
 llama model parameter `use_extra_bufts=False` (llama.cpp's AMX repacking crashes on some CPUs; the in-process
 backend switches it off the same way where needed), otherwise it runs the server unchanged. The variable is
@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from stressprobe.llm.backends.llamacpp import llama_model_overrides, model_params_override
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ID = "smollm2-135m"
@@ -48,10 +50,6 @@ def extra_buffers_off(gguf: Path) -> bool:
     for this machine (when this build of the backend makes that decision), or where the environment says."""
     if os.environ.get(NO_EXTRA_BUFTS) == "1":
         return True
-    try:
-        from stressprobe.llm.backends.llamacpp import llama_model_overrides
-    except ImportError:  # a backend without the decision: llama.cpp's defaults
-        return False
     overrides = llama_model_overrides("llama-server", {"extra_buffers": "auto", "n_threads": N_THREADS}, gguf)
     return overrides.get("use_extra_bufts") is False
 
@@ -136,23 +134,13 @@ class LlamaServer:
 
 def main() -> None:
     """Run `llama_cpp.server` with this process's arguments (see the module docstring)."""
-    if os.environ.get(NO_EXTRA_BUFTS) == "1":
-        # `Llama()` takes no argument for this model parameter; it starts from llama_model_default_params(),
-        # so that function is wrapped (the way the in-process backend sets it).
-        import llama_cpp.llama_cpp as native
-
-        original = native.llama_model_default_params
-
-        def without_extra_bufts():
-            params = original()
-            params.use_extra_bufts = False
-            return params
-
-        native.llama_model_default_params = without_extra_bufts
+    overrides = {"use_extra_bufts": False} if os.environ.get(NO_EXTRA_BUFTS) == "1" else {}
     import runpy
 
     sys.argv[0] = "llama_cpp.server"
-    runpy.run_module("llama_cpp.server", run_name="__main__")
+    # The server builds its Llama() inside; the override holds for the server's whole life.
+    with model_params_override(overrides):
+        runpy.run_module("llama_cpp.server", run_name="__main__")
 
 
 if __name__ == "__main__":

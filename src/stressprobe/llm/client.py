@@ -19,6 +19,7 @@ from stressprobe.errors import StressprobeError
 from stressprobe.io import write_json
 from stressprobe.llm.backends import AsyncBackend, Backend, open_backend
 from stressprobe.llm.cache import Claim, ResponseCache, cache_key, request_record
+from stressprobe.llm.progress import Progress
 from stressprobe.llm.types import Request, Response
 from stressprobe.llm.usage import Usage, effective_price, usage_record
 
@@ -64,6 +65,7 @@ class Client:
         self.cache = cache
         self.price = price
         self.usage = Usage()
+        self.progress = Progress(name, price)
 
     def __enter__(self) -> Client:
         return self
@@ -77,6 +79,7 @@ class Client:
         unique = dict(zip(keys, requests, strict=True))
         answers = {k: Response.from_payload(p) for k, p in self.cache.get_many(list(unique)).items()}
         todo = [(k, r) for k, r in unique.items() if k not in answers]
+        self.progress.begin(len(unique), len(unique) - len(todo), self.usage)
         if todo:
             if getattr(self.backend, "uses_batch_api", False):
                 self._run_batches(todo, answers)
@@ -85,7 +88,9 @@ class Client:
             else:
                 self._run_sync(todo, answers)
         self.usage.retries = self.backend.retries
-        return self._in_request_order(keys, answers)
+        responses = self._in_request_order(keys, answers)
+        self.progress.finish(self.usage)
+        return responses
 
     def _in_request_order(self, keys: list[str], answers: dict[str, Response]) -> list[Response]:
         """Map answers back to positions; every answer not computed here (or repeated) is a cache hit."""
@@ -109,6 +114,7 @@ class Client:
             )
         else:
             self.cache.release(key)
+        self.progress.advance(self.usage)
 
     def _run_sync(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
         """Claim and compute in the backend's order, `batch_size` at a time; then wait for others' claims."""
@@ -237,6 +243,7 @@ class Client:
 
     def close(self) -> None:
         """Release claims and free the model/connections."""
+        self.progress.close()
         try:
             self.backend.close()
         finally:

@@ -7,8 +7,11 @@ position's logits while generating, which avoids `logits_all=True` (several time
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+import platform
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,16 @@ from stressprobe.errors import StressprobeError
 from stressprobe.io import PACKAGE_PREFIX, package_file
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
+from stressprobe.llm.cpu import (
+    ProbeResult,
+    advertised_amx,
+    cached_probe,
+    cpu_flags,
+    decide_extra_buffers,
+    probe_key,
+    read_cpuinfo,
+    run_probe,
+)
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -52,14 +65,102 @@ def gguf_path(name: str, entry: Mapping[str, Any]) -> Path:
     return path
 
 
+# The probe child loads the model with llama.cpp's defaults (extra buffer types on) and runs a prompt and
+# one decoding step, the two kinds of matrix multiplication a job runs; only llama_cpp is imported there.
+PROBE_CODE = """
+import sys, llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=256, n_threads=int(sys.argv[2]), verbose=False)
+tokens = llm.tokenize(b"The quick brown fox jumps over the lazy dog. " * 4)
+llm.eval(tokens)
+llm.eval(tokens[:1])
+"""
+
+
+def _library_identity() -> list[str]:
+    """Which llama.cpp build is loaded (version, shared library file): a rebuild is probed anew."""
+    import llama_cpp
+
+    library = Path(getattr(getattr(llama_cpp.llama_cpp, "_lib", None), "_name", "") or "")
+    stat = library.stat() if library.is_file() else None
+    return [llama_cpp.__version__, str(library), str(stat and (stat.st_size, stat.st_mtime_ns))]
+
+
+def probe_extra_buffers(path: Path, n_threads: int) -> ProbeResult:
+    """Run the model with extra buffer types in a child process (cached per host, build and model file)."""
+    key = probe_key(
+        platform.node(),
+        sorted(cpu_flags(read_cpuinfo())),
+        *_library_identity(),
+        path.name,
+        path.stat().st_size,
+    )
+    argv = [sys.executable, "-c", PROBE_CODE, str(path), str(n_threads)]
+    return cached_probe(key, lambda: run_probe(argv))
+
+
+def llama_model_overrides(name: str, entry: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """The llama model parameters to set before loading `entry`'s GGUF, decided once per machine.
+
+    `{}` keeps llama.cpp's defaults (extra buffer types such as AMX and weight repacking on, the fast
+    path); `{"use_extra_bufts": False}` where the registry entry says `extra_buffers: off`, or where it says
+    `auto` and the CPU advertises AMX but a probe child died running it (see stressprobe.llm.cpu). Apply
+    the result with `model_params_override` around the `Llama(...)` call; a server launcher can do the same.
+    """
+    setting = entry.get("extra_buffers", "auto")
+    threads = int(entry.get("n_threads", 2))
+    amx = advertised_amx(cpu_flags(read_cpuinfo()))
+    try:
+        decision = decide_extra_buffers(setting, amx, lambda: probe_extra_buffers(path, threads))
+    except StressprobeError as exc:
+        raise StressprobeError(f"config models.{name}.{exc}") from None
+    log.info(
+        "%s: llama.cpp extra buffer types %s (%s)", name, "on" if decision.enabled else "off", decision.reason
+    )
+    return {} if decision.enabled else {"use_extra_bufts": False}
+
+
+@contextlib.contextmanager
+def model_params_override(overrides: Mapping[str, Any]) -> Iterator[None]:
+    """`llama_cpp.Llama(...)` calls inside the block load with these llama_model_params fields set.
+
+    llama-cpp-python's `Llama()` takes no argument for some fields (e.g. `use_extra_bufts`); it starts
+    from `llama_model_default_params()`, so the block wraps that function. A field this build of
+    llama-cpp-python does not know is an error rather than a silently ignored attribute.
+    """
+    import llama_cpp.llama_cpp as native
+
+    original = native.llama_model_default_params
+    known = {field for field, _ in native.llama_model_params._fields_}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise StressprobeError(
+            f"this llama-cpp-python has no model parameter {', '.join(unknown)}; "
+            "install the version in constraints.txt"
+        )
+
+    def with_overrides() -> Any:
+        params = original()
+        for field, value in overrides.items():
+            setattr(params, field, value)
+        return params
+
+    native.llama_model_default_params = with_overrides
+    try:
+        yield
+    finally:
+        native.llama_model_default_params = original
+
+
 def open_backend(name: str, entry: dict[str, Any]) -> LlamaCppBackend:
-    """Check the GGUF file and load it once."""
+    """Check the GGUF file and load it once, with extra buffer types where they are safe."""
+    path = gguf_path(name, entry)
     return LlamaCppBackend(
         name,
-        gguf_path(name, entry),
+        path,
         backend_identity(name, entry),
         n_ctx=int(entry.get("n_ctx", 2048)),
         n_threads=int(entry.get("n_threads", 2)),
+        model_overrides=llama_model_overrides(name, entry, path),
     )
 
 
@@ -68,15 +169,24 @@ class LlamaCppBackend(Backend):
 
     kind = "llamacpp"
 
-    def __init__(self, name: str, path: Path, identity: dict[str, Any], n_ctx: int, n_threads: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        identity: dict[str, Any],
+        n_ctx: int,
+        n_threads: int,
+        model_overrides: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(name, identity)
         import llama_cpp  # imported here: loading the native library is not free
 
         self._llama_cpp = llama_cpp
         try:
-            self.llm = llama_cpp.Llama(
-                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False, seed=0
-            )
+            with model_params_override(model_overrides or {}):
+                self.llm = llama_cpp.Llama(
+                    model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False, seed=0
+                )
         except ValueError as exc:
             raise StressprobeError(
                 f"config models.{name}.gguf: cannot load {path} ({exc}); is it a GGUF file?"
