@@ -1,5 +1,6 @@
 """One judge cell: every summarized pair of a dataset judged by one model under one condition."""
 
+from stressprobe.calibration import calibrate_records
 from stressprobe.datasets import read_topics
 from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.judging import (
@@ -28,7 +29,8 @@ def main(smk):
         settings = JudgeSettings(template, smk.params.max_tokens, smk.params.logprobs, smk.params.prefill)
         records = judge_cell(client, summaries, topics, personas, settings)
         client.write_usage(smk.output.usage)
-    counts = cell_summary(records)
+    records = calibrate_records(records, smk.params.calibration)
+    counts = {**cell_summary(records), "calibrated": sum(r["label_source"] == "calibrated" for r in records)}
     log.info("%s/%s %s/%s: %s", smk.wildcards.dataset, smk.wildcards.model, source, role, counts)
     write_jsonl(smk.output.judgments, records)
     write_json(smk.output.summary, counts)

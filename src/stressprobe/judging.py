@@ -236,6 +236,7 @@ def judgment_record(
             "probs": None,
             "expected": None,
             "error": error,
+            "label_source": None,
         }
     answer = (prefill or "") + response.text
     label = parse_label(answer)
@@ -248,6 +249,8 @@ def judgment_record(
         "probs": probs,
         "expected": expected_grade(probs),
         "error": None,
+        # How `label` was read: parsed from the answer; stressprobe.calibration may read it from `probs`.
+        "label_source": "parsed",
     }
 
 

@@ -59,6 +59,7 @@ rule judge:
         max_tokens=config["judging"]["judge_max_tokens"],
         logprobs=config["judging"]["logprobs"],
         prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
+        calibration=lambda w: label_calibration(w.model),
     script:
         "../../scripts/judge.py"
 
