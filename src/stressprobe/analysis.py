@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stressprobe import metrics, plots, tables
+from stressprobe import metrics, tables
 from stressprobe.datasets import Qrels, read_qrels, read_run_metadata, read_topics
 from stressprobe.errors import StressprobeError
 from stressprobe.evaluation import MEASURE, read_ndcg_table
@@ -573,6 +573,8 @@ def write_kappa_heatmap(
     kappa: pd.DataFrame, figure: tuple[str, str], order: Mapping, figure_options: Mapping
 ) -> None:
     """Figure 1: heatmap of mean κ vs UMBRELA, conditions × models, one panel per dataset."""
+    from stressprobe import plots  # matplotlib: only figure jobs pay for importing it
+
     conditions = [c for c in order["condition"] if c != BASELINE]
     fig = plots.kappa_heatmap(
         kappa_agreement_table(kappa),
@@ -608,6 +610,8 @@ def write_label_shift_figure(
     shift: pd.DataFrame, figure: tuple[str, str], order: Mapping, figure_options: Mapping
 ) -> None:
     """Label shift profile pooled over models: a stacked bar per condition, one panel per dataset."""
+    from stressprobe import plots  # matplotlib: only figure jobs pay for importing it
+
     pooled = label_shift_table(shift, by=("dataset", "condition"))
     conditions = [c for c in order["condition"] if c != BASELINE]
     fig = plots.label_shift_figure(
@@ -620,6 +624,8 @@ def write_ndcg_scatter(
     systems: pd.DataFrame, figure: tuple[str, str], order: Mapping, figure_options: Mapping
 ) -> None:
     """Figure 2: condition vs human nDCG@10 per run, one panel per (dataset, model)."""
+    from stressprobe import plots  # matplotlib: only figure jobs pay for importing it
+
     present = set(zip(systems["dataset"].astype(str), systems["model"].astype(str), strict=True))
     panels = [(d, m) for d in order["dataset"] for m in order["model"] if (d, m) in present]
     fig = plots.ndcg_scatter(systems, panels, order["condition"], **plots.figure_options(figure_options))
