@@ -1,13 +1,17 @@
-"""A judge cell's TREC qrels: parsed judgments only (unparsed and failed pairs are counted, not graded)."""
+"""A judge cell's TREC qrels (parsed judgments only: unparsed and failed pairs are counted, not graded) and
+nDCG@10 of every run of the dataset under them."""
 
 from stressprobe.datasets import format_qrels
+from stressprobe.evaluation import format_ndcg_table, ndcg_table_from_files
 from stressprobe.io import atomic_write, read_jsonl
 from stressprobe.judging import judgment_qrels
 from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
-    atomic_write(smk.output[0], format_qrels(judgment_qrels(read_jsonl(smk.input[0]))))
+    atomic_write(smk.output.qrels, format_qrels(judgment_qrels(read_jsonl(smk.input.judgments))))
+    rows = ndcg_table_from_files(smk.output.qrels, smk.input.runs, smk.input.topics)
+    atomic_write(smk.output.ndcg, format_ndcg_table(rows))
 
 
 run_script(main, snakemake)  # noqa: F821
