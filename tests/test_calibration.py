@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -89,3 +90,22 @@ def test_calibrating_a_model_that_does_not_judge_is_a_config_error(workdir, tmp_
     proc = run_snakemake(workdir, "-n", configfile=path, check=False)
     assert proc.returncode == 1
     assert "error: config key 'judging.calibration.nosuch': not one of 'judging.models'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_calibrated_judge_cell_through_the_workflow(workdir, tmp_path):
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["judging"]["calibration"] = {"smollm2-135m": "batch"}
+    path = tmp_path / "calibrated.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cell = "results/judging/demo-dl/judgments/smollm2-135m/fixed/gap"
+    run_snakemake(workdir, f"{cell}.jsonl", configfile=path)
+    records = [json.loads(line) for line in (workdir / f"{cell}.jsonl").read_text().splitlines()]
+    with_probs = [r for r in records if r["probs"]]
+    assert with_probs, "the tiny model records label distributions"
+    assert all(r["label_source"] == "calibrated" and "parsed_label" in r for r in with_probs)
+    assert all(r["raw"].startswith("##final score:") for r in with_probs)
+    prior = label_prior([r["probs"] for r in with_probs])
+    assert [r["label"] for r in with_probs] == [int(calibrated_label(r["probs"], prior)) for r in with_probs]
+    summary = json.loads((workdir / f"{cell}.summary.json").read_text())
+    assert summary["calibrated"] == len(with_probs)
