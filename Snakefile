@@ -7,7 +7,14 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# A run is described by one config: the embedded demo when none is given, else the --configfile(s) alone
+# (the demo is not merged under them). Several --configfile are merged in order, later keys over earlier
+# ones (to layer a small override on a complete config); --config key=value applies on top of all.
+# `workflow.overwrite_configfiles` (the --configfile list) is part of Snakemake's executor-plugin interface.
+# The demo config is found beside this Snakefile, so `--directory` elsewhere still runs the demo.
+if not workflow.overwrite_configfiles:
+
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -2,6 +2,7 @@
 
 from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.llm import open_client
+from stressprobe.persona.calibration import calibrate_records
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.judging import (
     cell_summary,
@@ -35,7 +36,8 @@ def main(smk):
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
         records = judge_cell(client, summaries, topics, personas, settings)
         client.write_usage(smk.output.usage)
-    counts = cell_summary(records)
+    records = calibrate_records(records, smk.params.calibration)
+    counts = {**cell_summary(records), "calibrated": sum(r["label_source"] == "calibrated" for r in records)}
     log.info("%s/%s %s/%s: %s", smk.wildcards.dataset, smk.wildcards.model, source, role, counts)
     write_jsonl(smk.output.judgments, records)
     write_json(smk.output.summary, counts)

@@ -1,4 +1,4 @@
-"""Write the provenance record of one results area."""
+"""Write the provenance record of every results area (one output per area, in `params.areas` order)."""
 
 from stressprobe.io import write_json
 from stressprobe.provenance import provenance_record
@@ -6,9 +6,8 @@ from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
-    write_json(
-        smk.output[0], provenance_record(dict(smk.params.config), smk.wildcards.area, smk.params.commit)
-    )
+    for area, path in zip(smk.params.areas, smk.output, strict=True):
+        write_json(path, provenance_record(dict(smk.params.config), area, smk.params.commit))
 
 
-run_script(main, snakemake)
+run_script(main, snakemake)  # noqa: F821

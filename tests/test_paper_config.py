@@ -59,7 +59,8 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     )
     assert jobs["judge_vllm"] == len(judging["datasets"]) * len(vllm_judges)
     assert jobs["judge_qrels"] == judge_cells
-    assert jobs["ndcg"] == judge_cells + len(judging["datasets"])  # + the human qrels of each dataset
+    # a judge cell's nDCG table comes with its qrels; `ndcg` scores the human qrels of each dataset
+    assert jobs["ndcg"] == len(judging["datasets"])
     assert jobs["summarize"] == len(judging["datasets"])
     pairs = {(c["proxy"], c["victim"]) for e in cdv["experiments"].values() for c in e["cells"]}
     search_cells = len(cdv["datasets"]) * len(pairs)

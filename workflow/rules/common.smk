@@ -131,6 +131,11 @@ def judging_datasets():
     return list(config["judging"]["datasets"])
 
 
+def label_calibration(name):
+    """How a judge model's labels are read: `none` (parsed from the answer) or `batch` (stressprobe.persona.calibration)."""
+    return config["judging"]["calibration"].get(name, "none")
+
+
 def judging_conditions():
     return config["judging"]["conditions"]
 
@@ -162,6 +167,16 @@ def _check_judging_config():
         raise StressprobeError(
             "config key 'judging.models': 'human' is reserved for the human qrels; rename the model"
         )
+    for name, method in config["judging"]["calibration"].items():
+        if name not in judge_models():
+            raise StressprobeError(
+                f"config key 'judging.calibration.{name}': not one of 'judging.models'; fix the name"
+            )
+        if method != "none" and config["judging"]["logprobs"] < 1:
+            raise StressprobeError(
+                f"config key 'judging.calibration.{name}': {method} calibration reads the label distribution; "
+                "set 'judging.logprobs' to 5 (or another k >= 1)"
+            )
 
 
 stop_on_error(_check_judging_config)

@@ -1,5 +1,6 @@
-# Judging study: summaries per dataset, one judge job per (dataset, model, source, role) cell, TREC qrels
-# per cell (plus the human and external qrels), and nDCG@10 of every run under every qrels.
+# Judging study: summaries per dataset, one judge job per (dataset, model, source, role) cell, then one
+# scoring job per cell (its TREC qrels and nDCG@10 of every run under them), and the human and external
+# qrels with their nDCG tables.
 # Input functions live in common.smk under "-- judging --".
 
 
@@ -83,6 +84,7 @@ rule judge:
         prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
         delivery=fixed_delivery,
         system_message=config["judging"]["system_message"],
+        calibration=lambda w: label_calibration(w.model),
     script:
         "../../scripts/judge.py"
 
@@ -124,10 +126,16 @@ rule judge_vllm:
 
 
 rule judge_qrels:
+    # A judge cell's qrels and the nDCG@10 of every run under them, in one job: both take well under a
+    # second, less than a Python start-up, and one always follows the other. External and human qrels
+    # get their nDCG table from the `ndcg` rule.
     input:
-        "results/judging/{dataset}/judgments/{model}/{source}/{role}.jsonl",
+        judgments="results/judging/{dataset}/judgments/{model}/{source}/{role}.jsonl",
+        runs="results/data/{dataset}/runs.txt",
+        topics="results/data/{dataset}/topics.tsv",
     output:
-        "results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
+        qrels="results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
+        ndcg="results/judging/{dataset}/ndcg/{model}/{source}/{role}.tsv",
     log:
         "results/logs/judging/{dataset}/qrels/{model}/{source}/{role}.log",
     wildcard_constraints:
@@ -200,7 +208,7 @@ rule ndcg:
         "results/logs/judging/{dataset}/ndcg/{model}/{source}/{role}.log",
     wildcard_constraints:
         dataset=DATASET_RE,
-        model=f"{JUDGE_MODEL_RE}|{EXTERNAL_RE}|human",
+        model=f"{EXTERNAL_RE}|human",
         source=f"{SOURCE_RE}|human",
         role=f"{ROLE_RE}|human",
     group:

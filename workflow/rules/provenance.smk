@@ -1,20 +1,19 @@
-# Provenance: one record per results area of what produced it.
-
-
-wildcard_constraints:
-    area="data|personas|judging|analysis|cdv|tables|figures",
+# Provenance: one record per results area of what produced it, all written by one job (each record reads
+# the whole config, so any config change rewrites every one of them anyway: one job, not one per area,
+# saves a Python start-up per area).
 
 
 rule provenance:
     output:
-        "results/{area}/provenance.json",
+        provenance_outputs(),
     log:
-        "results/logs/provenance/{area}.log",
+        "results/logs/provenance/provenance.log",
     localrule: True
     conda:
         "../../envs/analysis.yaml"
     params:
         config=config,
         commit=git_commit(workflow.basedir),
+        areas=provenance_areas(),
     script:
         "../../scripts/write_provenance.py"

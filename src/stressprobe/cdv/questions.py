@@ -145,8 +145,23 @@ def validate_items(dataset: str, raw: list[tuple[str, Any]]) -> list[dict[str, A
     return items
 
 
-def sample_items(items: list[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
-    """A seeded sample of `n` items (all when `n` is None or larger), in the source file's order."""
+def sample_items(
+    items: list[dict[str, Any]], n: int | list[str] | None, seed: int, dataset: str = ""
+) -> list[dict[str, Any]]:
+    """A seeded sample of `n` items (all when `n` is None or larger), in the source file's order.
+
+    A list `n` names the questions by qid instead (e.g. a demo's hand-picked questions); an unknown qid is
+    a config error naming it.
+    """
+    if isinstance(n, list):
+        wanted = set(map(str, n))
+        missing = sorted(wanted - {item["qid"] for item in items})
+        if missing:
+            raise StressprobeError(
+                f"config key 'cdv.datasets.{dataset}.n': no question with qid {', '.join(missing[:5])}; "
+                "use the qids of results/cdv/data/<dataset>.jsonl (or the items' `id`)"
+            )
+        return [item for item in items if item["qid"] in wanted]
     if n is None or n >= len(items):
         return list(items)
     chosen = sorted(random.Random(seed).sample(range(len(items)), n))
@@ -171,10 +186,10 @@ def prepare_questions(
     hf_dataset: str | None,
     hf_config: str | None,
     hf_split: str,
-    n: int | None,
+    n: int | list[str] | None,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """Load (local file or Hugging Face), validate, sample `n` and shuffle choices: the search's questions."""
+    """Load (local file or Hugging Face), validate, sample `n` (or take the listed qids) and shuffle choices."""
     if path:
         raw = read_question_file(path)
     elif hf_dataset:
@@ -186,4 +201,4 @@ def prepare_questions(
         raise StressprobeError(
             f"cdv.datasets.{dataset}: the source has no questions; check 'path'/'hf_dataset'"
         )
-    return [shuffle_choices(item, seed) for item in sample_items(items, n, seed)]
+    return [shuffle_choices(item, seed) for item in sample_items(items, n, seed, dataset)]

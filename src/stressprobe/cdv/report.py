@@ -6,17 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from stressprobe.cdv import cell_of  # noqa: E402
-from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accuracy  # noqa: E402
-from stressprobe.cdv.search_report import search_quality_columns  # noqa: E402
-from stressprobe.io import read_jsonl  # noqa: E402
+from stressprobe.cdv import cell_of
+from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accuracy
+from stressprobe.cdv.search_report import search_quality_columns
+from stressprobe.io import read_jsonl
 
 
 def search_table(summary_paths: list[str]) -> pd.DataFrame:
@@ -150,6 +146,8 @@ def classifier_table(metrics_path: str) -> pd.DataFrame:
 
 def matrix_figure(eval_paths: list[str]):
     """Figure 2: accuracy on perturbed questions, proxy/victim cell x evaluated model (blank: none)."""
+    from stressprobe.plots import plt  # the Agg backend; only figure jobs import matplotlib
+
     table = accuracy_table(eval_paths)
     table["cell"] = table["dataset"] + ": " + table["proxy"] + " -> " + table["victim"]
     matrix = table.pivot_table(
@@ -168,6 +166,8 @@ def matrix_figure(eval_paths: list[str]):
 
 def distribution_figure(search_paths: list[str]):
     """Figure 7: depth and length ratio of successful perturbations per dataset."""
+    from stressprobe.plots import plt  # the Agg backend; only figure jobs import matplotlib
+
     rows = []
     for path in search_paths:
         dataset = cell_of(path, 1)["dataset"]

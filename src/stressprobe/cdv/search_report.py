@@ -10,16 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from stressprobe.cdv import cell_of  # noqa: E402
-from stressprobe.io import read_jsonl  # noqa: E402
-from stressprobe.plots import style  # noqa: E402
+from stressprobe.cdv import cell_of
+from stressprobe.io import read_jsonl
 
 
 def _summary(path: str) -> dict[str, Any]:
@@ -189,7 +184,9 @@ def _labels(cells) -> dict[tuple, str]:
     }
 
 
-def _panels(n: int, options: Mapping[str, Any]) -> tuple[plt.Figure, np.ndarray]:
+def _panels(n: int, options: Mapping[str, Any]) -> tuple[Any, np.ndarray]:
+    from stressprobe.plots import plt  # the Agg backend; only figure jobs import matplotlib
+
     columns = max(1, min(options["panel_columns"], n))
     rows = -(-n // columns)
     width = options["figure_width_in"]
@@ -204,6 +201,8 @@ def _panels(n: int, options: Mapping[str, Any]) -> tuple[plt.Figure, np.ndarray]
 def agreement_figure(search_paths: list[str], options: Mapping[str, Any]):
     """Figure 4: per dataset, the Jaccard index of the perturbable questions of every pair of cells
     (victims), as a heatmap; '-' where two cells share no perturbable question."""
+    from stressprobe.plots import plt, style  # the Agg backend; only figure jobs import matplotlib
+
     table = agreement_table(search_paths)
     datasets = sorted(table["dataset"].unique()) or ["(no cells)"]
     with plt.rc_context(style(options["font_size"])):
@@ -247,6 +246,8 @@ def depth_counts(search_paths: list[str]) -> pd.DataFrame:
 def depth_figure(search_paths: list[str], options: Mapping[str, Any]):
     """Figure 7: the depth of successful perturbations per dataset (bars at depths >= 1); the originals the
     victim already fails are given in each panel's title, not as a bar."""
+    from stressprobe.plots import plt, style  # the Agg backend; only figure jobs import matplotlib
+
     counts = depth_counts(search_paths)
     datasets = sorted({cell_of(p, 1)["dataset"] for p in search_paths}) or ["(no cells)"]
     with plt.rc_context(style(options["font_size"])):

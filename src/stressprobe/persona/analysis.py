@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stressprobe import plots, tables
+from stressprobe import tables
 from stressprobe.errors import StressprobeError
 from stressprobe.io import atomic_write, read_jsonl
 from stressprobe.persona import metrics
@@ -643,6 +643,8 @@ def write_kappa_heatmap(
     kappa: pd.DataFrame, figure: tuple[str, str], order: Mapping, figure_options: Mapping
 ) -> None:
     """Figure 1: heatmap of mean κ vs UMBRELA, conditions × models, one panel per dataset."""
+    from stressprobe import plots  # matplotlib: only figure jobs pay for importing it
+
     conditions = [c for c in order["condition"] if c != BASELINE]
     fig = plots.kappa_heatmap(
         kappa_agreement_table(kappa),
@@ -680,6 +682,8 @@ def write_label_shift_figure(
     shift: pd.DataFrame, figure: tuple[str, str], order: Mapping, figure_options: Mapping
 ) -> None:
     """Label shift profile pooled over models: a stacked bar per condition, one panel per dataset."""
+    from stressprobe import plots  # matplotlib: only figure jobs pay for importing it
+
     pooled = label_shift_table(shift, by=("dataset", "condition"))
     conditions = [c for c in order["condition"] if c != BASELINE]
     fig = plots.label_shift_figure(
@@ -693,6 +697,8 @@ def write_ndcg_scatter(
 ) -> None:
     """Figure 2: condition vs human nDCG@10 per run; a row per dataset (config order: DL20 on top in the
     paper's config), a column per judge model."""
+    from stressprobe import plots  # matplotlib: only figure jobs pay for importing it
+
     present = set(zip(systems["dataset"].astype(str), systems["model"].astype(str), strict=True))
     datasets = [d for d in order["dataset"] if any((d, m) in present for m in order["model"])]
     models = [m for m in order["model"] if any((d, m) in present for d in order["dataset"])]

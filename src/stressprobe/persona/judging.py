@@ -277,6 +277,7 @@ def judgment_record(
             "probs": None,
             "expected": None,
             "error": error,
+            "label_source": None,
         }
     answer = (prefill or "") + response.text
     label = parse_label(answer)
@@ -289,6 +290,8 @@ def judgment_record(
         "probs": probs,
         "expected": expected_grade(probs),
         "error": None,
+        # How `label` was read: parsed from the answer; stressprobe.persona.calibration may read it from `probs`.
+        "label_source": "parsed",
     }
 
 

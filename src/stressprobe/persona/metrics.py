@@ -13,14 +13,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from statsmodels.stats.inter_rater import cohens_kappa
-from statsmodels.stats.multitest import multipletests
 
 from stressprobe.persona.data import GRADES  # one grade scale for qrels, labels and statistics
 
 #: Decimals kept before ranking systems: scores equal up to float summation noise count as ties.
 SCORE_DECIMALS = 12
+
+# scipy and statsmodels are imported inside the functions that use them: together they take seconds to
+# import, and most of the workflow's short analysis jobs need neither (bench/bench_demo.py).
 
 
 def contingency_table(first: np.ndarray, second: np.ndarray) -> np.ndarray:
@@ -39,6 +39,8 @@ def quadratic_kappa_from_table(table: np.ndarray) -> float:
     only one rater uses a single grade, observed equals expected and κ = 0 (chance-level agreement), as
     the formula says; that is kept, because a judge that cannot tell passages apart agrees by chance only.
     """
+    from statsmodels.stats.inter_rater import cohens_kappa
+
     if table.sum() == 0:
         return math.nan
     rows, cols = table.sum(axis=1), table.sum(axis=0)
@@ -94,6 +96,8 @@ def win_rate_summary(shift: Sequence[float]) -> dict[str, float]:
     skewed and often tied at a few values, so a t-test's normality assumption does not hold on 50–90
     queries, while Wilcoxon needs only symmetry and keeps power. A test without data gives p = NaN.
     """
+    from scipy import stats
+
     shift = np.asarray(shift, dtype=float)
     shift = shift[~np.isnan(shift)]
     wins, losses = int((shift > 0).sum()), int((shift < 0).sum())
@@ -114,6 +118,8 @@ def win_rate_summary(shift: Sequence[float]) -> dict[str, float]:
 
 def holm_adjust(pvalues: Sequence[float]) -> np.ndarray:
     """Holm-adjusted p-values (statsmodels); NaN entries stay NaN and do not count as tests."""
+    from statsmodels.stats.multitest import multipletests
+
     pvalues = np.asarray(pvalues, dtype=float)
     adjusted = np.full_like(pvalues, np.nan)
     valid = ~np.isnan(pvalues)
@@ -139,6 +145,8 @@ def label_shift_counts(labels: pd.DataFrame, baseline: pd.DataFrame) -> pd.Serie
 
 def kendall_tau_b(first: Sequence[float], second: Sequence[float]) -> float:
     """Kendall's τ-b (scipy) of two score vectors over the same systems (ties handled by τ-b)."""
+    from scipy import stats
+
     return float(stats.kendalltau(first, second, variant="b").statistic)
 
 
@@ -206,6 +214,8 @@ def system_ranks(scores: pd.Series) -> pd.Series:
     Average ranks keep Δr symmetric under ties (two tied systems both sit at 1.5, neither is favoured
     by an arbitrary order) and match the tie treatment of τ-b.
     """
+    from scipy import stats
+
     rounded = scores.round(SCORE_DECIMALS).to_numpy()
     return pd.Series(stats.rankdata(-rounded, method="average"), index=scores.index)
 

@@ -1,0 +1,167 @@
+"""The demo's wall time against the time its model calls take in a bare llama-cpp-python loop.
+
+    .venv/bin/python bench/bench_demo.py [--cores 2] [--keep DIR] [--configfile CONFIG]
+
+1. Runs the demo (`snakemake --cores 2`, no config: config/config.yaml) in a fresh scratch directory with an
+   empty response cache, and times it.
+2. Replays every model request the demo made, read back from that run's response cache, in a bare loop:
+   one `llama_cpp.Llama` per GGUF file loaded once, each request rendered with the model's chat template
+   (plus the prefilled answer start, if any), and generated with the same temperature, top-p, seed, number
+   of samples and token limit — the same tokens the workflow generated, with none of its machinery
+   (processes, imports, model loads per job, cache, scheduling).
+3. Prints both, the ratio demo / bare loop (target <= 1.3) and the load average before and after.
+
+`--configfile` runs another (complete) config the same way instead of the demo, e.g. tests/configs/tiny.yaml
+for a quick check of the benchmark itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+TARGET_RATIO = 1.3
+TARGET_WALL_S = 300.0
+
+
+def run_demo(workdir: Path, cores: int, configfile: Path | None) -> float:
+    """Run the whole demo (or `configfile`) in `workdir`, a fresh directory seeing the project's resources/;
+    wall seconds."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "resources").symlink_to(ROOT / "resources")
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
+    cmd += ["--directory", str(workdir), "--cores", str(cores), "--quiet", "rules"]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile.resolve())]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT / "src")}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"the demo failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return wall
+
+
+def cached_requests(cache_dir: Path) -> list[tuple[dict, dict, dict]]:
+    """(model identity, request record, response payload) of every answer in the run's cache, oldest first."""
+    rows = []
+    for path in sorted(cache_dir.rglob("*.sqlite")):
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            rows += db.execute("SELECT created, request, response FROM responses").fetchall()
+    out = []
+    for _, request, response in sorted(rows, key=lambda row: row[0]):
+        record = json.loads(request)
+        out.append((record["model"], record, json.loads(response)))
+    return out
+
+
+def gguf_file(identity: dict, models: dict) -> tuple[Path, dict]:
+    """The GGUF file and registry entry of a cached model identity, found through the demo config."""
+    from stressprobe.llm.backends.llamacpp import gguf_path
+
+    for name, entry in models.items():
+        if entry.get("backend") == "llamacpp":
+            path = gguf_path(name, entry)
+            if path.name == identity.get("gguf"):
+                return path, entry
+    raise SystemExit(f"no llamacpp model of the config matches {identity}")
+
+
+def bare_loop(requests: list[tuple[dict, dict, dict]], models: dict) -> tuple[float, int, int]:
+    """Replay the requests with llama-cpp-python alone; (seconds, calls, generated tokens)."""
+    import llama_cpp
+
+    llms: dict[str, llama_cpp.Llama] = {}
+    formatters = {}
+    start = time.perf_counter()
+    calls = tokens_out = 0
+    for identity, record, _ in requests:
+        if identity.get("backend") != "llamacpp":
+            continue
+        path, entry = gguf_file(identity, models)
+        if str(path) not in llms:
+            # the model settings the demo's jobs use (the schema's defaults where the config is silent)
+            n_ctx, n_threads = int(entry.get("n_ctx", 2048)), int(entry.get("n_threads", 2))
+            llm = llama_cpp.Llama(
+                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False, seed=0
+            )
+            llms[str(path)] = llm
+            formatters[str(path)] = llama_cpp.llama_chat_format.Jinja2ChatFormatter(
+                template=llm.metadata["tokenizer.chat_template"],
+                eos_token=llm._model.token_get_text(llm.token_eos()),
+                bos_token=llm._model.token_get_text(llm.token_bos()),
+            )
+        llm, formatter = llms[str(path)], formatters[str(path)]
+        messages = [{"role": role, "content": content} for role, content in record["messages"]]
+        prefill = None
+        if messages[-1]["role"] == "assistant":
+            prefill = messages.pop()["content"]
+        prompt = formatter(messages=messages).prompt + (prefill or "")
+        prompt_tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        decoding = record["decoding"]
+        samples = 1 if decoding["temperature"] == 0 else decoding["n"]
+        for i in range(samples):
+            llm.set_seed(decoding["seed"] + i)
+            generated = 0
+            for token in llm.generate(
+                prompt_tokens,
+                temp=decoding["temperature"],
+                top_p=decoding["top_p"],
+                top_k=0,
+                min_p=0.0,
+                repeat_penalty=1.0,
+            ):
+                if llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
+                    break
+                generated += 1
+                if generated >= decoding["max_tokens"]:
+                    break
+            tokens_out += generated
+        calls += 1
+    wall = time.perf_counter() - start
+    for llm in llms.values():
+        llm.close()
+    return wall, calls, tokens_out
+
+
+def main() -> None:
+    import yaml
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="run the demo in DIR (kept) instead of a temp dir"
+    )
+    parser.add_argument("--configfile", type=Path, default=None, help="a complete config instead of the demo")
+    args = parser.parse_args()
+    config = args.configfile or ROOT / "config" / "config.yaml"
+    models = yaml.safe_load(config.read_text(encoding="utf-8"))["models"]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.keep or Path(tmp) / "demo"
+        load_before = os.getloadavg()
+        demo_s = run_demo(workdir, args.cores, args.configfile)
+        requests = cached_requests(workdir / "results" / "cache")
+        bare_s, calls, tokens = bare_loop(requests, models)
+        load_after = os.getloadavg()
+    ratio = demo_s / bare_s
+    what = "demo" if args.configfile is None else str(args.configfile)
+    print(f"{what} (snakemake --cores {args.cores}, empty cache): {demo_s:.1f} s wall")
+    print(f"bare llama-cpp-python loop, same {calls} calls ({tokens} generated tokens): {bare_s:.1f} s wall")
+    print(f"ratio demo / bare loop: {ratio:.2f} (target <= {TARGET_RATIO}); demo <= {TARGET_WALL_S:.0f} s: "
+          f"{'yes' if demo_s <= TARGET_WALL_S else 'no'}")  # fmt: skip
+    print(f"load average (1, 5, 15 min) before {load_before[0]:.1f} {load_before[1]:.1f} {load_before[2]:.1f}, "
+          f"after {load_after[0]:.1f} {load_after[1]:.1f} {load_after[2]:.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
