@@ -3,17 +3,10 @@
 # figure family reads those frames. Config reaches each rule only through the params it depends on
 # (e.g. rbo_phi -> Table 4 and the source comparison; bootstrap -> Table 6; figure keys -> figures), so an
 # edit regenerates exactly the affected outputs and never a judge cell. All rules are light: localrule.
-# Input functions and the output list live in common.smk under "---- analysis ----".
+# Input functions and the output list come first, then the rules.
 
-ANALYSIS_KAPPA = expand(
-    "results/analysis/{dataset}/kappa.tsv", dataset=judging_datasets()
-)
-ANALYSIS_SHIFT = expand(
-    "results/analysis/{dataset}/label_shift.tsv", dataset=judging_datasets()
-)
-ANALYSIS_SYSTEMS = expand(
-    "results/analysis/{dataset}/systems.tsv", dataset=judging_datasets()
-)
+
+include: "functions/analysis.smk"
 
 
 rule analysis_judgments:

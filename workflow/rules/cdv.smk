@@ -1,11 +1,8 @@
 # Contextual Distraction Vulnerability study: questions per dataset, one tree search per (dataset, proxy,
 # victim) cell, evaluation per (cell, model), baselines, mitigation, classifier, DPO pairs, tables, figures.
-# Input functions live in common.smk under "# ---- cdv ----".
 
-CDV_CELL = cdv_cell_dir("{dataset}", "{proxy}", "{victim}")
-# Registry and dataset names have no slash: a cell's search and its value-variant searches (one level
-# below it) can never match each other's paths.
-CDV_NAME_RE = "[A-Za-z0-9][A-Za-z0-9._-]*"
+
+include: "functions/cdv.smk"
 
 
 wildcard_constraints:
@@ -95,12 +92,10 @@ rule cdv_search:
         proxy=CDV_NAME_RE,
         victim=CDV_NAME_RE,
     conda:
-        lambda w: cdv_env(cdv_search_roles(w).values())
-    threads: lambda w: cdv_threads(cdv_search_roles(w).values())
+        llm_env(cdv_search_models)
+    threads: llm_threads(cdv_search_models)
     resources:
-        gpu=lambda w: max(model_resources(m) for m in cdv_search_roles(w).values()),
-        mem_mb=lambda w: llm_resources(*cdv_search_roles(w).values())["mem_mb"],
-        runtime=lambda w: llm_resources(*cdv_search_roles(w).values())["runtime"],
+        **llm_resources(cdv_search_models),
     params:
         roles=cdv_search_roles,
         models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
@@ -154,12 +149,10 @@ rule cdv_baselines:
     benchmark:
         "results/benchmarks/cdv/baselines/{dataset}/{proxy}/{victim}.tsv"
     conda:
-        lambda w: cdv_env([cdv_baseline_model(w)])
-    threads: lambda w: cdv_threads([cdv_baseline_model(w)])
+        llm_env(cdv_baseline_models)
+    threads: llm_threads(cdv_baseline_models)
     resources:
-        gpu=lambda w: model_resources(cdv_baseline_model(w)),
-        mem_mb=lambda w: llm_resources(cdv_baseline_model(w))["mem_mb"],
-        runtime=lambda w: llm_resources(cdv_baseline_model(w))["runtime"],
+        **llm_resources(cdv_baseline_models),
     params:
         model=cdv_baseline_model,
         models=lambda w: cdv_models_of([cdv_baseline_model(w)]),
@@ -183,12 +176,10 @@ rule cdv_eval:
     wildcard_constraints:
         model=CDV_CELL_EVAL_RE,
     conda:
-        lambda w: cdv_env([w.model])
-    threads: lambda w: cdv_threads([w.model])
+        llm_env(cell_model)
+    threads: llm_threads(cell_model)
     resources:
-        gpu=lambda w: model_resources(w.model),
-        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
-        runtime=lambda w: llm_resources(w.model)["runtime"],
+        **llm_resources(cell_model),
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
@@ -214,12 +205,10 @@ rule cdv_mitigation:
     wildcard_constraints:
         model=CDV_CELL_EVAL_RE,
     conda:
-        lambda w: cdv_env([w.model])
-    threads: lambda w: cdv_threads([w.model])
+        llm_env(cell_model)
+    threads: llm_threads(cell_model)
     resources:
-        gpu=lambda w: model_resources(w.model),
-        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
-        runtime=lambda w: llm_resources(w.model)["runtime"],
+        **llm_resources(cell_model),
     params:
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=config["cdv"]["eval"]["max_tokens"],
@@ -247,7 +236,7 @@ rule cdv_classifier:
     benchmark:
         "results/benchmarks/cdv/classifier.tsv"
     conda:
-        "../../envs/cdv.yaml"
+        "../../envs/llm-cpu.yaml"
     resources:
         **config["resources"]["embedding"],
     params:
@@ -452,3 +441,38 @@ rule cdv_study_figure:
         **config["resources"]["small"],
     script:
         "../../scripts/cdv_study_figure.py"
+
+
+# One vLLM model load per (dataset, model) for CDV evaluation: a vLLM model in `cdv.eval_models` is
+# evaluated on every search cell of a dataset (and, with mitigation on, under the focus instruction) by one
+# job, rule cdv_eval_vllm, which writes the same per-cell files as cdv_eval and cdv_mitigation.
+
+
+rule cdv_eval_vllm:
+    input:
+        unpack(cdv_eval_group_inputs),
+    output:
+        records=cdv_group_outputs("eval", ".jsonl"),
+        usage=cdv_group_outputs("eval", ".usage.json"),
+        mitigation=cdv_group_outputs("mitigation", ".jsonl"),
+        mitigation_usage=cdv_group_outputs("mitigation", ".usage.json"),
+    log:
+        "results/logs/cdv/eval/{dataset}/{model}.log",
+    benchmark:
+        "results/benchmarks/cdv/eval/{dataset}/{model}.tsv"
+    wildcard_constraints:
+        model=CDV_VLLM_EVAL_RE,
+    conda:
+        llm_env(cell_model)
+    threads: llm_threads(cell_model)
+    resources:
+        **llm_resources(cell_model),
+    params:
+        models=lambda w: cdv_models_of([w.model]),
+        cells=cdv_group_cells(),
+        max_tokens=config["cdv"]["eval"]["max_tokens"],
+        temperature=lambda w: cdv_eval_temperature(w.model),
+        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_eval_group.py"

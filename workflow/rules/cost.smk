@@ -4,6 +4,9 @@
 # It prepares the data and persona tables it needs (local, no model calls) but never runs a model.
 
 
+include: "functions/cost.smk"
+
+
 rule cost_estimate:
     input:
         unpack(cost_inputs),
@@ -15,7 +18,7 @@ rule cost_estimate:
         "results/logs/cost/estimate.log",
     localrule: True
     conda:
-        "../../envs/judge-api.yaml"
+        "../../envs/llm-cpu.yaml"
     resources:
         **config["resources"]["small"],
     params:

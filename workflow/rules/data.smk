@@ -1,5 +1,7 @@
 # Judging datasets: select queries and pairs, normalise the runs, and give every query a taxonomy domain.
-# Input functions live in common.smk under "-- data and personas --".
+
+
+include: "functions/data.smk"
 
 
 rule prepare_dataset:

@@ -1,7 +1,9 @@
 # Judging study: summaries per dataset, one judge job per (dataset, model, source, role) cell, then one
 # scoring job per cell (its TREC qrels and nDCG@10 of every run under them), and the human and external
 # qrels with their nDCG tables.
-# Input functions live in common.smk under "-- judging --".
+
+
+include: "functions/judging.smk"
 
 
 # A published judge template (judging.prompt is a URL): fetched once, on the submitting host (compute nodes
@@ -39,12 +41,10 @@ rule summarize:
     wildcard_constraints:
         dataset=DATASET_RE,
     conda:
-        lambda w: model_env(summarizer(w.dataset))
-    threads: lambda w: model_threads(summarizer(w.dataset))
+        llm_env(summarizer_model)
+    threads: llm_threads(summarizer_model)
     resources:
-        gpu=summarizer_gpus,
-        mem_mb=lambda w: llm_resources(summarizer(w.dataset))["mem_mb"],
-        runtime=lambda w: llm_resources(summarizer(w.dataset))["runtime"],
+        **llm_resources(summarizer_model),
     params:
         models=summarizer_entries,
         summarizer=lambda w: summarizer(w.dataset),
@@ -70,12 +70,10 @@ rule judge:
         source=SOURCE_RE,
         role=ROLE_RE,
     conda:
-        lambda w: model_env(w.model)
-    threads: lambda w: model_threads(w.model)
+        llm_env(cell_model)
+    threads: llm_threads(cell_model)
     resources:
-        gpu=lambda w: model_resources(w.model),
-        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
-        runtime=lambda w: llm_resources(w.model)["runtime"],
+        **llm_resources(cell_model),
     params:
         models=lambda w: {w.model: model_entry(w.model)},
         persona=fixed_persona,
@@ -106,12 +104,10 @@ rule judge_vllm:
         dataset=DATASET_RE,
         model=VLLM_JUDGE_RE,
     conda:
-        lambda w: model_env(w.model)
-    threads: lambda w: model_threads(w.model)
+        llm_env(cell_model)
+    threads: llm_threads(cell_model)
     resources:
-        gpu=lambda w: model_resources(w.model),
-        mem_mb=lambda w: llm_resources(w.model)["mem_mb"],
-        runtime=lambda w: llm_resources(w.model)["runtime"],
+        **llm_resources(cell_model),
     params:
         models=lambda w: {w.model: model_entry(w.model)},
         conditions=judging_conditions(),

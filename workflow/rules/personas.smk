@@ -1,5 +1,7 @@
 # Persona pools (built and embedded once per source) and the retrieved roles per dataset and source.
-# Input functions live in common.smk under "-- data and personas --".
+
+
+include: "functions/personas.smk"
 
 
 rule persona_pool:

@@ -3,6 +3,9 @@
 # saves a Python start-up per area).
 
 
+include: "functions/provenance.smk"
+
+
 rule provenance:
     output:
         provenance_outputs(),
