@@ -11,8 +11,8 @@ from stressprobe.snakemake_io import run_script
 def main(smk):
     name = smk.wildcards.cdv_figure
     builders = {
-        "cdv_matrix": lambda: report.matrix_figure(smk.input.evals),
-        "cdv_distribution": lambda: report.distribution_figure(smk.input.searches),
+        "cdv_matrix": lambda: report.matrix_figure(smk.input.evals, smk.params.figure),
+        "cdv_distribution": lambda: report.distribution_figure(smk.input.searches, smk.params.figure),
         "cdv_agreement": lambda: search_report.agreement_figure(smk.input.searches, smk.params.figure),
         "cdv_depth": lambda: search_report.depth_figure(smk.input.searches, smk.params.figure),
     }

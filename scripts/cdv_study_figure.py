@@ -11,7 +11,8 @@ from stressprobe.snakemake_io import run_script
 def main(smk):
     table = pd.read_csv(smk.input.table)
     builders = {"cdv_experiments": pr.experiments_figure, "cdv_classifier_study": pr.classifier_study_figure}
-    save_figure(builders[smk.wildcards.cdv_study_figure](table), smk.output.png, smk.output.pdf, dpi=150)
+    figure = builders[smk.wildcards.cdv_study_figure](table, smk.params.figure)
+    save_figure(figure, smk.output.png, smk.output.pdf, dpi=smk.params.figure["dpi"])
 
 
 run_script(main, snakemake)  # noqa: F821

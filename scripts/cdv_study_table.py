@@ -34,7 +34,7 @@ def main(smk):
         table = pr.vs_paper_table(pr.read_paper_values(smk.input.paper_values), pr.run_values(built))
     else:
         table = built[name]
-    write_table(table, stem(smk.output.csv), decimals={})
+    write_table(table, stem(smk.output.table), decimals={})
 
 
 run_script(main, snakemake)  # noqa: F821

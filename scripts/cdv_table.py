@@ -27,9 +27,9 @@ def main(smk):
     }
     if name not in builders:
         raise StressprobeError(
-            f"{Path(smk.output.csv).name}: unknown CDV table; known: {', '.join(builders)}"
+            f"{Path(smk.output.table).name}: unknown CDV table; known: {', '.join(builders)}"
         )
-    write_table(builders[name](), stem(smk.output.csv), decimals={})
+    write_table(builders[name](), stem(smk.output.table), decimals={})
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -18,6 +18,8 @@ from tests.support.cdv_scripted import ScriptedModel, make_item
 
 SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
 
+FIGURE_OPTIONS = {"figure_width_in": 3.5, "font_size": 7, "panel_columns": 2, "dpi": 80}
+
 
 def test_experiments_merge_into_cells_with_the_largest_sample_and_all_evaluators():
     cdv = {
@@ -335,7 +337,9 @@ def test_study_figures_draw_from_their_tables(study, tmp_path):
     _, metrics, _, _, _ = study
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps(metrics), encoding="utf-8")
-    figure = paper_report.classifier_study_figure(paper_report.classifier_study_table(str(path)))
+    figure = paper_report.classifier_study_figure(
+        paper_report.classifier_study_table(str(path)), FIGURE_OPTIONS
+    )
     assert len(figure.axes[0].patches) == 3 * 3  # three classifiers x precision, recall, F0.5
     table = pd.DataFrame(
         [
@@ -346,7 +350,7 @@ def test_study_figures_draw_from_their_tables(study, tmp_path):
             for m in ("m1", "m2", "m3")
         ]
     )
-    figure = paper_report.experiments_figure(table)
+    figure = paper_report.experiments_figure(table, FIGURE_OPTIONS)
     assert [ax.get_title() for ax in figure.axes] == ["self_search[v1]", "self_search[v2]"]
     assert len(figure.axes[0].patches) == 2 * 3
     save_figure(figure, tmp_path / "f.png", tmp_path / "f.pdf", dpi=50)

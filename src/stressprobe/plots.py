@@ -305,3 +305,12 @@ def figure_options(options: Mapping) -> dict:
         "font_size": options["font_size"],
         "columns": options["panel_columns"],
     }
+
+
+def sized_figure(options: Mapping, aspect: float, ncols: int = 1, **subplots):
+    """A figure (and its axes) as wide as the configured column (`figure_width_in`), `aspect` high per unit
+    of width, under the configured font size: the CDV figures' size and style come from the same keys as the
+    persona study's. The style is set for the rest of the process (a figure job draws one figure)."""
+    width = options["figure_width_in"]
+    plt.rcParams.update(style(options["font_size"]))
+    return plt.subplots(1, ncols, figsize=(width, width * aspect), **subplots)

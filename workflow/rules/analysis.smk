@@ -57,14 +57,9 @@ rule analysis_kappa_table:
     input:
         kappa=ANALYSIS_KAPPA,
     output:
-        table=report(
-            "results/tables/kappa_agreement.csv",
-            caption="../report/kappa_agreement.rst",
-            category="Persona study",
-            subcategory="Judgment level",
+        **table_outputs(
+            "kappa_agreement", "kappa_agreement", "Persona study", "Judgment level"
         ),
-        table_md="results/tables/kappa_agreement.md",
-        table_tex="results/tables/kappa_agreement.tex",
     log:
         "results/logs/analysis/kappa_table.log",
     localrule: True
@@ -82,13 +77,12 @@ rule analysis_kappa_figure:
     input:
         kappa=ANALYSIS_KAPPA,
     output:
-        png=report(
-            "results/figures/figure1_kappa_heatmap.png",
-            caption="../report/figure1_kappa_heatmap.rst",
-            category="Persona study",
-            subcategory="Judgment level",
+        **figure_outputs(
+            "figure1_kappa_heatmap",
+            "figure1_kappa_heatmap",
+            "Persona study",
+            "Judgment level",
         ),
-        pdf="results/figures/figure1_kappa_heatmap.pdf",
     log:
         "results/logs/analysis/kappa_figure.log",
     localrule: True
@@ -107,22 +101,16 @@ rule analysis_win_rate:
     input:
         kappa=ANALYSIS_KAPPA,
     output:
-        table=report(
-            "results/tables/table3_win_rate.csv",
-            caption="../report/table3_win_rate.rst",
-            category="Persona study",
-            subcategory="Judgment level",
+        **table_outputs(
+            "table3_win_rate", "table3_win_rate", "Persona study", "Judgment level"
         ),
-        table_md="results/tables/table3_win_rate.md",
-        table_tex="results/tables/table3_win_rate.tex",
-        detail=report(
-            "results/tables/table3_significance.csv",
-            caption="../report/table3_significance.rst",
-            category="Persona study",
-            subcategory="Judgment level",
+        **table_outputs(
+            "table3_significance",
+            "table3_significance",
+            "Persona study",
+            "Judgment level",
+            key="detail",
         ),
-        detail_md="results/tables/table3_significance.md",
-        detail_tex="results/tables/table3_significance.tex",
     log:
         "results/logs/analysis/win_rate.log",
     localrule: True
@@ -141,14 +129,7 @@ rule analysis_label_shift_table:
     input:
         shift=ANALYSIS_SHIFT,
     output:
-        table=report(
-            "results/tables/label_shift.csv",
-            caption="../report/label_shift.rst",
-            category="Persona study",
-            subcategory="Judgment level",
-        ),
-        table_md="results/tables/label_shift.md",
-        table_tex="results/tables/label_shift.tex",
+        **table_outputs("label_shift", "label_shift", "Persona study", "Judgment level"),
     log:
         "results/logs/analysis/label_shift_table.log",
     localrule: True
@@ -166,13 +147,9 @@ rule analysis_label_shift_figure:
     input:
         shift=ANALYSIS_SHIFT,
     output:
-        png=report(
-            "results/figures/label_shift.png",
-            caption="../report/label_shift.rst",
-            category="Persona study",
-            subcategory="Judgment level",
+        **figure_outputs(
+            "label_shift", "label_shift", "Persona study", "Judgment level"
         ),
-        pdf="results/figures/label_shift.pdf",
     log:
         "results/logs/analysis/label_shift_figure.log",
     localrule: True
@@ -191,13 +168,12 @@ rule analysis_ndcg_scatter:
     input:
         systems=ANALYSIS_SYSTEMS,
     output:
-        png=report(
-            "results/figures/figure2_ndcg_scatter.png",
-            caption="../report/figure2_ndcg_scatter.rst",
-            category="Persona study",
-            subcategory="System level",
+        **figure_outputs(
+            "figure2_ndcg_scatter",
+            "figure2_ndcg_scatter",
+            "Persona study",
+            "System level",
         ),
-        pdf="results/figures/figure2_ndcg_scatter.pdf",
     log:
         "results/logs/analysis/ndcg_scatter.log",
     localrule: True
@@ -219,22 +195,19 @@ rule analysis_ranking_agreement:
     input:
         systems=ANALYSIS_SYSTEMS,
     output:
-        table=report(
-            "results/tables/table4_ranking_agreement.csv",
-            caption="../report/table4_ranking_agreement.rst",
-            category="Persona study",
-            subcategory="System level",
+        **table_outputs(
+            "table4_ranking_agreement",
+            "table4_ranking_agreement",
+            "Persona study",
+            "System level",
         ),
-        table_md="results/tables/table4_ranking_agreement.md",
-        table_tex="results/tables/table4_ranking_agreement.tex",
-        paper=report(
-            "results/tables/table4_ranking_agreement_paper.csv",
-            caption="../report/table4_ranking_agreement_paper.rst",
-            category="Persona study",
-            subcategory="System level",
+        **table_outputs(
+            "table4_ranking_agreement_paper",
+            "table4_ranking_agreement_paper",
+            "Persona study",
+            "System level",
+            key="paper",
         ),
-        paper_md="results/tables/table4_ranking_agreement_paper.md",
-        paper_tex="results/tables/table4_ranking_agreement_paper.tex",
     log:
         "results/logs/analysis/ranking_agreement.log",
     localrule: True
@@ -253,14 +226,12 @@ rule analysis_rank_displacement:
     input:
         systems=ANALYSIS_SYSTEMS,
     output:
-        table=report(
-            "results/tables/table5_rank_displacement.csv",
-            caption="../report/table5_rank_displacement.rst",
-            category="Persona study",
-            subcategory="Sensitivity",
+        **table_outputs(
+            "table5_rank_displacement",
+            "table5_rank_displacement",
+            "Persona study",
+            "Sensitivity",
         ),
-        table_md="results/tables/table5_rank_displacement.md",
-        table_tex="results/tables/table5_rank_displacement.tex",
     log:
         "results/logs/analysis/rank_displacement.log",
     localrule: True
@@ -278,14 +249,12 @@ rule analysis_displacement_ci:
     input:
         systems=ANALYSIS_SYSTEMS,
     output:
-        table=report(
-            "results/tables/table6_displacement_ci.csv",
-            caption="../report/table6_displacement_ci.rst",
-            category="Persona study",
-            subcategory="Sensitivity",
+        **table_outputs(
+            "table6_displacement_ci",
+            "table6_displacement_ci",
+            "Persona study",
+            "Sensitivity",
         ),
-        table_md="results/tables/table6_displacement_ci.md",
-        table_tex="results/tables/table6_displacement_ci.tex",
     log:
         "results/logs/analysis/displacement_ci.log",
     localrule: True
@@ -307,22 +276,19 @@ rule analysis_sensitive_systems:
             "results/data/{dataset}/run_metadata.tsv", dataset=judging_datasets()
         ),
     output:
-        table=report(
-            "results/tables/table7_sensitive_systems.csv",
-            caption="../report/table7_sensitive_systems.rst",
-            category="Persona study",
-            subcategory="Sensitivity",
+        **table_outputs(
+            "table7_sensitive_systems",
+            "table7_sensitive_systems",
+            "Persona study",
+            "Sensitivity",
         ),
-        table_md="results/tables/table7_sensitive_systems.md",
-        table_tex="results/tables/table7_sensitive_systems.tex",
-        paper=report(
-            "results/tables/table7_sensitive_systems_paper.csv",
-            caption="../report/table7_sensitive_systems_paper.rst",
-            category="Persona study",
-            subcategory="Sensitivity",
+        **table_outputs(
+            "table7_sensitive_systems_paper",
+            "table7_sensitive_systems_paper",
+            "Persona study",
+            "Sensitivity",
+            key="paper",
         ),
-        paper_md="results/tables/table7_sensitive_systems_paper.md",
-        paper_tex="results/tables/table7_sensitive_systems_paper.tex",
     log:
         "results/logs/analysis/sensitive_systems.log",
     localrule: True
@@ -342,22 +308,19 @@ rule analysis_direction_consistency:
     input:
         systems=ANALYSIS_SYSTEMS,
     output:
-        table=report(
-            "results/tables/direction_consistency.csv",
-            caption="../report/direction_consistency.rst",
-            category="Persona study",
-            subcategory="Sensitivity",
+        **table_outputs(
+            "direction_consistency",
+            "direction_consistency",
+            "Persona study",
+            "Sensitivity",
         ),
-        table_md="results/tables/direction_consistency.md",
-        table_tex="results/tables/direction_consistency.tex",
-        counts=report(
-            "results/tables/direction_consistency_counts.csv",
-            caption="../report/direction_consistency_counts.rst",
-            category="Persona study",
-            subcategory="Sensitivity",
+        **table_outputs(
+            "direction_consistency_counts",
+            "direction_consistency_counts",
+            "Persona study",
+            "Sensitivity",
+            key="counts",
         ),
-        counts_md="results/tables/direction_consistency_counts.md",
-        counts_tex="results/tables/direction_consistency_counts.tex",
     log:
         "results/logs/analysis/direction_consistency.log",
     localrule: True
@@ -376,14 +339,9 @@ rule analysis_persona_sources:
         kappa=ANALYSIS_KAPPA,
         systems=ANALYSIS_SYSTEMS,
     output:
-        table=report(
-            "results/tables/persona_sources.csv",
-            caption="../report/persona_sources.rst",
-            category="Persona study",
-            subcategory="Persona sources",
+        **table_outputs(
+            "persona_sources", "persona_sources", "Persona study", "Persona sources"
         ),
-        table_md="results/tables/persona_sources.md",
-        table_tex="results/tables/persona_sources.tex",
     log:
         "results/logs/analysis/persona_sources.log",
     localrule: True
@@ -404,22 +362,14 @@ rule analysis_vs_paper:
         systems=ANALYSIS_SYSTEMS,
         values=config["analysis"]["vs_paper"]["values"],
     output:
-        table=report(
-            "results/tables/vs_paper.csv",
-            caption="../report/vs_paper.rst",
-            category="Persona study",
-            subcategory="Reproduction",
+        **table_outputs("vs_paper", "vs_paper", "Persona study", "Reproduction"),
+        **table_outputs(
+            "vs_paper_summary",
+            "vs_paper_summary",
+            "Persona study",
+            "Reproduction",
+            key="summary",
         ),
-        table_md="results/tables/vs_paper.md",
-        table_tex="results/tables/vs_paper.tex",
-        summary=report(
-            "results/tables/vs_paper_summary.csv",
-            caption="../report/vs_paper_summary.rst",
-            category="Persona study",
-            subcategory="Reproduction",
-        ),
-        summary_md="results/tables/vs_paper_summary.md",
-        summary_tex="results/tables/vs_paper_summary.tex",
     log:
         "results/logs/analysis/vs_paper.log",
     localrule: True

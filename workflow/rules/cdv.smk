@@ -315,14 +315,7 @@ rule cdv_table:
             else []
         ),
     output:
-        csv=report(
-            "results/tables/{cdv_table}.csv",
-            caption="../report/cdv.rst",
-            category="CDV study",
-            subcategory="Tables",
-        ),
-        md="results/tables/{cdv_table}.md",
-        tex="results/tables/{cdv_table}.tex",
+        **table_outputs("{cdv_table}", "cdv", "CDV study", "Tables"),
     log:
         "results/logs/cdv/tables/{cdv_table}.log",
     localrule: True
@@ -339,13 +332,7 @@ rule cdv_figure:
         searches=cdv_cell_files("search.jsonl"),
         evals=cdv_eval_files("eval"),
     output:
-        png=report(
-            "results/figures/{cdv_figure}.png",
-            caption="../report/cdv.rst",
-            category="CDV study",
-            subcategory="Figures",
-        ),
-        pdf="results/figures/{cdv_figure}.pdf",
+        **figure_outputs("{cdv_figure}", "cdv", "CDV study", "Figures"),
     log:
         "results/logs/cdv/figures/{cdv_figure}.log",
     localrule: True
@@ -367,14 +354,7 @@ rule cdv_study_table:
     input:
         unpack(lambda w: cdv_study_inputs(w.cdv_study_table)),
     output:
-        csv=report(
-            "results/tables/{cdv_study_table}.csv",
-            caption="../report/cdv.rst",
-            category="CDV study",
-            subcategory="Tables",
-        ),
-        md="results/tables/{cdv_study_table}.md",
-        tex="results/tables/{cdv_study_table}.tex",
+        **table_outputs("{cdv_study_table}", "cdv", "CDV study", "Tables"),
     log:
         "results/logs/cdv/tables/{cdv_study_table}.log",
     wildcard_constraints:
@@ -423,13 +403,7 @@ rule cdv_study_figure:
     input:
         table="results/tables/{cdv_study_figure}.csv",
     output:
-        png=report(
-            "results/figures/{cdv_study_figure}.png",
-            caption="../report/cdv.rst",
-            category="CDV study",
-            subcategory="Figures",
-        ),
-        pdf="results/figures/{cdv_study_figure}.pdf",
+        **figure_outputs("{cdv_study_figure}", "cdv", "CDV study", "Figures"),
     log:
         "results/logs/cdv/figures/{cdv_study_figure}.log",
     wildcard_constraints:
@@ -439,6 +413,8 @@ rule cdv_study_figure:
         "../../envs/analysis.yaml"
     resources:
         **config["resources"]["small"],
+    params:
+        figure=analysis_figure_options(),
     script:
         "../../scripts/cdv_study_figure.py"
 

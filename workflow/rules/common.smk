@@ -59,6 +59,36 @@ def sorted_dict(value):
     return value
 
 
+# ---- tables and figures: every one is declared the same way in both studies ----
+
+
+def table_outputs(name, caption, category, subcategory, key="table"):
+    """A table's outputs: `{key}` (CSV, in the report with its caption), `{key}_md` and `{key}_tex`."""
+    return {
+        key: report(
+            f"results/tables/{name}.csv",
+            caption=f"../report/{caption}.rst",
+            category=category,
+            subcategory=subcategory,
+        ),
+        f"{key}_md": f"results/tables/{name}.md",
+        f"{key}_tex": f"results/tables/{name}.tex",
+    }
+
+
+def figure_outputs(name, caption, category, subcategory):
+    """A figure's outputs: `png` (in the report with its caption) and `pdf`."""
+    return {
+        "png": report(
+            f"results/figures/{name}.png",
+            caption=f"../report/{caption}.rst",
+            category=category,
+            subcategory=subcategory,
+        ),
+        "pdf": f"results/figures/{name}.pdf",
+    }
+
+
 def model_entry(name):
     """The registry entry of one model: passed as a param so editing it reruns exactly its jobs."""
     return sorted_dict(config["models"][name])

@@ -61,26 +61,20 @@ rule domain_agreement:
         mappings=[dataset_entry(d)["domains"] for d in domain_agreement_datasets()],
         taxonomy=config["personas"]["taxonomy"],
     output:
+        **table_outputs(
+            "domain_agreement", "domain_agreement", "Persona study", "Persona sources"
+        ),
+        **table_outputs(
+            "domain_confusion",
+            "domain_confusion",
+            "Persona study",
+            "Persona sources",
+            key="confusion",
+        ),
         json=[
             f"results/data/{d}/domain_agreement.json"
             for d in domain_agreement_datasets()
         ],
-        table=report(
-            "results/tables/domain_agreement.csv",
-            caption="../report/domain_agreement.rst",
-            category="Persona study",
-            subcategory="Persona sources",
-        ),
-        table_md="results/tables/domain_agreement.md",
-        table_tex="results/tables/domain_agreement.tex",
-        confusion=report(
-            "results/tables/domain_confusion.csv",
-            caption="../report/domain_confusion.rst",
-            category="Persona study",
-            subcategory="Persona sources",
-        ),
-        confusion_md="results/tables/domain_confusion.md",
-        confusion_tex="results/tables/domain_confusion.tex",
     log:
         "results/logs/personas/domain_agreement.log",
     benchmark:

@@ -8,6 +8,7 @@ comparison with the paper's values (`vs_paper_table`) matches on.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -256,16 +257,13 @@ def _experiment_cells(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(experiment=table.apply(name, axis=1))
 
 
-def classifier_study_figure(table: pd.DataFrame):
+def classifier_study_figure(table: pd.DataFrame, options: Mapping[str, Any]):
     """Figure 5: precision, recall and F0.5 of every classifier on the test split (grouped bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from stressprobe.plots import sized_figure  # the Agg backend; only figure jobs import matplotlib
 
     test = table[table["split"] == "test"].set_index("classifier")
     metrics = ["precision", "recall", "f0.5"]
-    fig, ax = plt.subplots(figsize=(1.5 + 0.9 * max(1, len(test)), 3))
+    fig, ax = sized_figure(options, 3 / (1.5 + 0.9 * max(1, len(test))))
     width = 0.8 / len(metrics)
     for i, metric in enumerate(metrics):
         values = pd.to_numeric(test[metric], errors="coerce").fillna(0.0) if len(test) else []
@@ -278,17 +276,15 @@ def classifier_study_figure(table: pd.DataFrame):
     return fig
 
 
-def experiments_figure(table: pd.DataFrame):
+def experiments_figure(table: pd.DataFrame, options: Mapping[str, Any]):
     """Figures 2 and 6: per experiment and search cell, each evaluated model's accuracy on the originals and
     on the perturbed questions (mean over datasets), one panel per experiment cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from stressprobe.plots import sized_figure  # the Agg backend; only figure jobs import matplotlib
 
     named = _experiment_cells(table) if not table.empty else table
     panels = sorted(named["experiment"].unique()) if not named.empty else []
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(3.2 * max(1, len(panels)), 3), squeeze=False)
+    ncols = max(1, len(panels))
+    fig, axes = sized_figure(options, 3 / (3.2 * ncols), ncols=ncols, squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=False):
         rows = named[named["experiment"] == panel].groupby("model")[["acc_original", "acc_perturbed"]].mean()
         x = range(len(rows))

@@ -144,16 +144,17 @@ def classifier_table(metrics_path: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def matrix_figure(eval_paths: list[str]):
+def matrix_figure(eval_paths: list[str], options: dict[str, Any]):
     """Figure 2: accuracy on perturbed questions, proxy/victim cell x evaluated model (blank: none)."""
-    from stressprobe.plots import plt  # the Agg backend; only figure jobs import matplotlib
+    from stressprobe.plots import sized_figure  # the Agg backend; only figure jobs import matplotlib
 
     table = accuracy_table(eval_paths)
     table["cell"] = table["dataset"] + ": " + table["proxy"] + " -> " + table["victim"]
     matrix = table.pivot_table(
         index="cell", columns="model", values="acc_perturbed", aggfunc="first", dropna=False
     )
-    fig, ax = plt.subplots(figsize=(1.2 + 1.0 * max(1, matrix.shape[1]), 0.8 + 0.4 * max(1, matrix.shape[0])))
+    rows, columns = max(1, matrix.shape[0]), max(1, matrix.shape[1])
+    fig, ax = sized_figure(options, (0.8 + 0.4 * rows) / (1.2 + 1.0 * columns))
     values = matrix.to_numpy(dtype=float)
     ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xticks(range(matrix.shape[1]), matrix.columns, rotation=30, ha="right")
@@ -164,9 +165,9 @@ def matrix_figure(eval_paths: list[str]):
     return fig
 
 
-def distribution_figure(search_paths: list[str]):
-    """Figure 7: depth and length ratio of successful perturbations per dataset."""
-    from stressprobe.plots import plt  # the Agg backend; only figure jobs import matplotlib
+def distribution_figure(search_paths: list[str], options: dict[str, Any]):
+    """Depth and length ratio of successful perturbations per dataset."""
+    from stressprobe.plots import sized_figure  # the Agg backend; only figure jobs import matplotlib
 
     rows = []
     for path in search_paths:
@@ -177,7 +178,7 @@ def distribution_figure(search_paths: list[str]):
             if r["status"] == "success" and r["depth"] > 0
         ]
     datasets = sorted({cell_of(p, 1)["dataset"] for p in search_paths})
-    fig, (left, right) = plt.subplots(1, 2, figsize=(7, 2.6))
+    fig, (left, right) = sized_figure(options, 2.6 / 7, ncols=2)
     depths = [[r["depth"] for r in rows if r["dataset"] == d] for d in datasets]
     max_depth = max([1] + [max(d) for d in depths if d])
     bins = np.arange(0.5, max_depth + 1.5)
