@@ -18,14 +18,14 @@ for a quick check of the benchmark itself.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from stressprobe.llm.cache import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -54,15 +54,8 @@ def run_demo(workdir: Path, cores: int, configfile: Path | None) -> float:
 
 def cached_requests(cache_dir: Path) -> list[tuple[dict, dict, dict]]:
     """(model identity, request record, response payload) of every answer in the run's cache, oldest first."""
-    rows = []
-    for path in sorted(cache_dir.rglob("*.sqlite")):
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-            rows += db.execute("SELECT created, request, response FROM responses").fetchall()
-    out = []
-    for _, request, response in sorted(rows, key=lambda row: row[0]):
-        record = json.loads(request)
-        out.append((record["model"], record, json.loads(response)))
-    return out
+    records = sorted(iter_records(cache_dir), key=lambda record: record["created"])
+    return [(r["request"]["model"], r["request"], r["response"]) for r in records]
 
 
 def gguf_file(identity: dict, models: dict) -> tuple[Path, dict]:
@@ -150,7 +143,7 @@ def main() -> None:
         workdir = args.keep or Path(tmp) / "demo"
         load_before = os.getloadavg()
         demo_s = run_demo(workdir, args.cores, args.configfile)
-        requests = cached_requests(workdir / "results" / "cache")
+        requests = cached_requests(workdir / "results" / "cache" / "llm")
         bare_s, calls, tokens = bare_loop(requests, models)
         load_after = os.getloadavg()
     ratio = demo_s / bare_s
