@@ -35,7 +35,7 @@ rule analysis_judgments:
 rule analysis_systems:
     input:
         ndcg=analysis_ndcg_files,
-        topics="results/data/{dataset}/topics.tsv",
+        topics=TOPICS,
     output:
         "results/analysis/{dataset}/systems.tsv",
     log:

@@ -13,7 +13,7 @@ wildcard_constraints:
 
 rule cdv_prepare:
     output:
-        "results/cdv/data/{dataset}.jsonl",
+        CDV_QUESTIONS,
     log:
         "results/logs/cdv/prepare/{dataset}.log",
     wildcard_constraints:
@@ -32,7 +32,7 @@ rule cdv_prepare:
 
 rule cdv_subsample:
     input:
-        "results/cdv/data/{dataset}.jsonl",
+        CDV_QUESTIONS,
     output:
         "results/cdv/data/n{n}/{dataset}.jsonl",
     log:
@@ -54,7 +54,7 @@ rule cdv_subsample:
 rule cdv_filter_select:
     input:
         pool="results/cdv/classifier/pool.jsonl",
-        questions="results/cdv/data/{dataset}.jsonl",
+        questions=CDV_QUESTIONS,
     output:
         selected="results/cdv/data/{dataset}.selected.jsonl",
         random="results/cdv/data/{dataset}.random.jsonl",
@@ -225,7 +225,7 @@ rule cdv_classifier:
         searches=cdv_label_files("search.jsonl"),
         # Each cell's roles -> model names, to price the cost columns by the models that actually ran.
         summaries=cdv_label_files("search.summary.json"),
-        questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
+        questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
     output:
         predictions="results/cdv/classifier/predictions.jsonl",
         metrics="results/cdv/classifier/metrics.json",
@@ -374,7 +374,7 @@ rule cdv_study_table:
 rule cdv_classifier_lora:
     input:
         predictions="results/cdv/classifier/predictions.jsonl",
-        questions=expand("results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()),
+        questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
     output:
         "results/cdv/classifier/lora/{lora}.json",
     log:

@@ -8,7 +8,7 @@ rule prepare_dataset:
     input:
         unpack(dataset_inputs),
     output:
-        topics="results/data/{dataset}/topics.tsv",
+        topics=TOPICS,
         qrels="results/data/{dataset}/qrels.txt",
         pairs="results/data/{dataset}/pairs.jsonl",
         runs=directory("results/data/{dataset}/runs"),

@@ -128,7 +128,7 @@ rule judge_qrels:
     input:
         judgments="results/judging/{dataset}/judgments/{model}/{source}/{role}.jsonl",
         runs="results/data/{dataset}/runs.txt",
-        topics="results/data/{dataset}/topics.tsv",
+        topics=TOPICS,
     output:
         qrels="results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
         ndcg="results/judging/{dataset}/ndcg/{model}/{source}/{role}.tsv",
@@ -173,7 +173,7 @@ rule human_qrels:
 rule external_qrels:
     input:
         qrels=external_qrels_file,
-        topics="results/data/{dataset}/topics.tsv",
+        topics=TOPICS,
     output:
         "results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
     log:
@@ -197,7 +197,7 @@ rule ndcg:
     input:
         qrels="results/judging/{dataset}/qrels/{model}/{source}/{role}.qrels",
         runs="results/data/{dataset}/runs.txt",
-        topics="results/data/{dataset}/topics.tsv",
+        topics=TOPICS,
     output:
         "results/judging/{dataset}/ndcg/{model}/{source}/{role}.tsv",
     log:

@@ -57,7 +57,7 @@ rule select_personas:
 # queries with one model load.
 rule domain_agreement:
     input:
-        topics=[f"results/data/{d}/topics.tsv" for d in domain_agreement_datasets()],
+        topics=[TOPICS.format(dataset=d) for d in domain_agreement_datasets()],
         mappings=[dataset_entry(d)["domains"] for d in domain_agreement_datasets()],
         taxonomy=config["personas"]["taxonomy"],
     output:

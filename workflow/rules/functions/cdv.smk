@@ -4,6 +4,9 @@ from types import SimpleNamespace
 
 import stressprobe.cdv.experiments as _cdv_experiments
 
+# A CDV dataset's sampled questions, read by every CDV stage: the one place its path is written.
+CDV_QUESTIONS = "results/cdv/data/{dataset}.jsonl"
+
 
 def cdv_datasets():
     return list(config["cdv"]["datasets"])
@@ -31,7 +34,7 @@ def cdv_cell_questions(wildcards):
     n = cdv_cell_n(wildcards.proxy, wildcards.victim)
     if wildcards.dataset in cdv_datasets() and n is not None:
         return f"results/cdv/data/n{n}/{wildcards.dataset}.jsonl"
-    return f"results/cdv/data/{wildcards.dataset}.jsonl"
+    return CDV_QUESTIONS.format(dataset=wildcards.dataset)
 
 
 def cdv_cell_dir(dataset, proxy, victim):
@@ -318,9 +321,7 @@ def cdv_study_inputs(name):
         "cdv_experiments": (
             {
                 "evals": cdv_eval_files("eval"),
-                "questions": expand(
-                    "results/cdv/data/{dataset}.jsonl", dataset=cdv_datasets()
-                ),
+                "questions": expand(CDV_QUESTIONS, dataset=cdv_datasets()),
             }
             if config["cdv"]["experiments"]
             else {}

@@ -22,12 +22,12 @@ def cost_inputs(wildcards):
     }
     for dataset in cost_judging_datasets():
         inputs[f"{dataset}_pairs"] = f"results/data/{dataset}/pairs.jsonl"
-        inputs[f"{dataset}_topics"] = f"results/data/{dataset}/topics.tsv"
+        inputs[f"{dataset}_topics"] = TOPICS.format(dataset=dataset)
         for source in cost_persona_sources():
             table = f"results/judging/{dataset}/personas/{source}.jsonl"
             inputs[f"{dataset}_{source}"] = table
     for dataset in cost_cdv_datasets():
-        inputs[f"cdv_{dataset}"] = f"results/cdv/data/{dataset}.jsonl"
+        inputs[f"cdv_{dataset}"] = CDV_QUESTIONS.format(dataset=dataset)
     return inputs
 
 

@@ -1,5 +1,8 @@
 # Input functions, wildcard patterns and output lists of the data stage (its rules: ../data.smk).
 
+# The prepared topics of a dataset, read by most stages: the one place its path is written.
+TOPICS = "results/data/{dataset}/topics.tsv"
+
 
 def judging_datasets():
     return list(config["judging"]["datasets"])
@@ -39,7 +42,7 @@ def taxonomy_input():
 
 def domain_inputs(wildcards):
     inputs = {
-        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "topics": TOPICS.format(dataset=wildcards.dataset),
         **taxonomy_input(),
     }
     if dataset_entry(wildcards.dataset)["domains"]:

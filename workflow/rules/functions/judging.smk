@@ -131,7 +131,7 @@ def summarizer_model(wildcards):
 def summary_inputs(wildcards):
     inputs = {
         "pairs": f"results/data/{wildcards.dataset}/pairs.jsonl",
-        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "topics": TOPICS.format(dataset=wildcards.dataset),
     }
     if summarizes(wildcards.dataset):
         inputs["template"] = config["judging"]["summary_prompt"]
@@ -142,7 +142,7 @@ def judge_inputs(wildcards):
     """A cell reads the dataset's summaries and topics, the prompt, and for retrieved roles the persona table."""
     inputs = {
         "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
-        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "topics": TOPICS.format(dataset=wildcards.dataset),
         "template": judge_template(),
     }
     if _judging.is_retrieved(wildcards.source):
@@ -156,7 +156,7 @@ def judge_group_inputs(wildcards):
     """A vLLM judge job reads what all its cells read: one persona table per retrieved source."""
     inputs = {
         "summaries": f"results/judging/{wildcards.dataset}/summaries.jsonl",
-        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "topics": TOPICS.format(dataset=wildcards.dataset),
         "template": judge_template(),
     }
     for source in sorted({c.split("/")[0] for c in judging_conditions()}):

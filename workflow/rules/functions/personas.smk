@@ -41,7 +41,7 @@ def persona_selection_inputs(wildcards):
     return {
         "pool": f"results/personas/{wildcards.source}/pool.jsonl",
         "embeddings": f"results/personas/{wildcards.source}/embeddings.npy",
-        "topics": f"results/data/{wildcards.dataset}/topics.tsv",
+        "topics": TOPICS.format(dataset=wildcards.dataset),
         "domains": f"results/data/{wildcards.dataset}/domains.tsv",
         **taxonomy_input(),
     }
