@@ -13,7 +13,13 @@ from stressprobe.cdv.dpo import (
     split_pair_groups,
     trl_rows,
 )
-from stressprobe.cdv.search import SearchSettings, perturbed_records, run_search, search_records
+from stressprobe.cdv.search import (
+    SearchSettings,
+    perturbed_records,
+    run_search,
+    search_records,
+    wrong_answer,
+)
 from tests.support.cdv_scripted import ScriptedModel, make_item
 from tests.support.toy_hf import toy_model_and_tokenizer
 
@@ -26,7 +32,8 @@ def _pairs(n_questions):
     states = run_search(items, {"proxy": model, "semantic": model, "victim": model}, SETTINGS)
     records = search_records(states)
     perturbed = perturbed_records(states)
-    greedy = {r["node_id"]: r["greedy_raw"] for r in records if r["status"] == "success"}
+    # A success's wrong answer, as the DPO export takes it (a sampled one: the greedy audit is off).
+    greedy = {r["node_id"]: wrong_answer(r) for r in records if r["status"] == "success"}
     return perturbed, preference_pairs("toy", perturbed, [], greedy)
 
 

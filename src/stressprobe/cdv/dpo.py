@@ -20,9 +20,10 @@ def _conversation(messages: tuple[tuple[str, str], ...]) -> list[dict[str, str]]
 
 
 def preference_pairs(
-    dataset: str, perturbed: list[dict[str, Any]], evals: list[dict[str, Any]], greedy_raw: dict[str, str]
+    dataset: str, perturbed: list[dict[str, Any]], evals: list[dict[str, Any]], wrong_answers: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """One pair per perturbed question that has a wrong response; `group` = dataset/qid for the split."""
+    """One pair per perturbed question that has a wrong response (the search's own, by node id, or an
+    evaluated model's); `group` = dataset/qid for the split."""
     pairs = []
     for p in perturbed:
         on_node = [e for e in evals if e["node_id"] == p["node_id"] and e["condition"] == "perturbed"]
@@ -35,7 +36,7 @@ def preference_pairs(
             if correct
             else (f"The added background is irrelevant to the question. Answer: {letter(p['answer_index'])}")
         )
-        wrong = [greedy_raw[p["node_id"]]] if greedy_raw.get(p["node_id"]) else []
+        wrong = [wrong_answers[p["node_id"]]] if wrong_answers.get(p["node_id"]) else []
         wrong += [e["raw"] for e in on_node if not e["correct"] and e["raw"]]
         if not wrong:
             continue
