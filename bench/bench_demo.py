@@ -1,6 +1,6 @@
 """The demo's wall time against the time its model calls take in a bare llama-cpp-python loop.
 
-    .venv/bin/python bench/bench_demo.py [--cores 2] [--keep DIR] [--configfile CONFIG]
+    python -m bench.bench_demo [--cores 2] [--keep DIR] [--configfile CONFIG]
 
 1. Runs the demo (`snakemake --cores 2`, no config: config/config.yaml) in a fresh scratch directory with an
    empty response cache, and times it.
