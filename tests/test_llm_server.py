@@ -23,11 +23,11 @@ import dataclasses
 import json
 import logging
 import math
-import sqlite3
 
 import pytest
 
 from stressprobe.llm import Request, Response, open_client
+from stressprobe.llm.cache import iter_records
 from tests.support.api_workdir import (
     judge_cell,
     run_workflow,
@@ -125,15 +125,13 @@ def test_greedy_answers_and_logprobs_match_the_in_process_backend(server, tmp_pa
 
 def cached_requests(cache_path) -> list[tuple[Request, dict]]:
     """Every (request, response payload) a run stored, rebuilt from the cache's request records."""
-    with sqlite3.connect(f"file:{cache_path}?mode=ro", uri=True) as db:
-        rows = db.execute("SELECT request, response FROM responses").fetchall()
     found = []
-    for request_json, response_json in rows:
-        record = json.loads(request_json)
+    for stored in iter_records(cache_path):
+        record = stored["request"]
         decoding = dict(record["decoding"])
         decoding["stop"] = tuple(decoding["stop"])
         found.append(
-            (Request(messages=tuple(map(tuple, record["messages"])), **decoding), json.loads(response_json))
+            (Request(messages=tuple(map(tuple, record["messages"])), **decoding), stored["response"])
         )
     return found
 
@@ -167,7 +165,7 @@ def test_judge_and_cdv_cells_end_to_end_through_the_server(server, tmp_path):
 
     # Every request the workflow sent answers the same in process: greedy ones as sent, sampled ones (the CDV
     # victim's) asked again greedily on both sides; or they part at a near-tie (told apart with logprobs).
-    stored = cached_requests(workdir / "results" / "cache" / "llm.sqlite")
+    stored = cached_requests(workdir / "results" / "cache" / "llm")
     judge_requests = [(r, p) for r, p in stored if r.logprobs]
     assert len(judge_requests) == 2 and all(p["top_logprobs"] for _, p in judge_requests), (
         "logprobs came back"
