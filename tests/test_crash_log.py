@@ -118,3 +118,49 @@ def test_crash_context_names_the_job_and_the_remedy_for_local_models():
     assert "models.v.extra_buffers to off" in advice and "models.p" not in advice
     head, advice = crash_context("write_qrels", {}, {})
     assert "wildcards none, models none" in head and "--forcerun" in advice
+
+
+IMPORT_SNAKEFILE = """
+rule imports:
+    output:
+        "out/{how}.txt",
+    log:
+        "logs/imports/{how}.log",
+    params:
+        models={"smollm2-135m": {"backend": "llamacpp", "gguf": "m.gguf"}},
+    script:
+        "scripts/{wildcards.how}.py"
+"""
+
+# Scripts that die in their own top-level imports, after the library but before `run_script`: a package
+# that is missing, and a native extension that kills the process while it loads.
+IMPORT_SCRIPTS = {
+    "missing": "from stressprobe.io import read_jsonl\nimport stressprobe_no_such_package\n",
+    "native": "from stressprobe.io import read_jsonl\nimport ctypes\nctypes.string_at(0)\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("missing", "ModuleNotFoundError: No module named 'stressprobe_no_such_package'"),
+        ("native", "Fatal Python error: Segmentation fault"),
+    ],
+)
+def test_a_crash_in_the_scripts_imports_leaves_a_log(tmp_path, how, expected):
+    (tmp_path / "Snakefile").write_text(IMPORT_SNAKEFILE)
+    (tmp_path / "scripts").mkdir()
+    for name, text in IMPORT_SCRIPTS.items():
+        (tmp_path / "scripts" / f"{name}.py").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-c1", f"out/{how}.txt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    log = (tmp_path / "logs" / "imports" / f"{how}.log").read_text()
+    assert f"job: rule imports, wildcards how={how}, models smollm2-135m (llamacpp)" in log.splitlines()[0]
+    assert expected in log

@@ -84,12 +84,21 @@ def enable_crash_log(log_path: str | None) -> None:
     faulthandler.enable(_crash_log, all_threads=True)
 
 
-def run_script(main: Callable[[Any], None], smk: Any) -> None:
-    """Run `main(smk)`; a StressprobeError becomes one line on stderr and in the log, and exit status 1.
+_begun: str | None = None
 
-    The log first names the job (rule, wildcards, models); a native crash appends its signal and stack.
+
+def begin_job(smk: Any) -> None:
+    """Open the job's log: its first lines name the job, a fatal signal appends its stack, and an exception
+    that escapes the script (an import that fails before `run_script` runs) is logged.
+
+    Called by `run_script`, and earlier by `stressprobe/__init__.py` when a Snakemake script imports the
+    package, so that a crash during the script's own imports leaves a log too. Once per log path.
     """
+    global _begun
     log_path = smk.log[0] if len(smk.log) else None
+    if _begun is not None and _begun == (log_path or ""):
+        return
+    _begun = log_path or ""
     configure_logging(log_path)
     params = getattr(smk, "params", None)
     models = params.get("models") if hasattr(params, "get") else None
@@ -97,6 +106,22 @@ def run_script(main: Callable[[Any], None], smk: Any) -> None:
     for line in crash_context(getattr(smk, "rule", "?"), wildcards, job_models(wildcards, models)):
         log.info("%s", line)
     enable_crash_log(log_path)
+    previous = sys.excepthook
+
+    def log_uncaught(kind, value, traceback):
+        if not getattr(value, "stressprobe_logged", False):  # run_script logs what `main` raises
+            log.critical("the job's script failed", exc_info=(kind, value, traceback))
+        previous(kind, value, traceback)
+
+    sys.excepthook = log_uncaught
+
+
+def run_script(main: Callable[[Any], None], smk: Any) -> None:
+    """Run `main(smk)`; a StressprobeError becomes one line on stderr and in the log, and exit status 1.
+
+    The log first names the job (rule, wildcards, models); a native crash appends its signal and stack.
+    """
+    begin_job(smk)
     try:
         main(smk)
     except StressprobeError as exc:
@@ -104,8 +129,9 @@ def run_script(main: Callable[[Any], None], smk: Any) -> None:
         remove_outputs(list(smk.output))
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
-    except BaseException:
+    except BaseException as exc:
         log.exception("unexpected failure")
+        exc.stressprobe_logged = True
         remove_outputs(list(smk.output))
         raise
 
