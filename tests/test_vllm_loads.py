@@ -1,4 +1,6 @@
-"""One vLLM model load per (model, dataset): a vLLM judge answers all its cells in one job (rule judge_vllm).
+"""One vLLM model load per (model, dataset): a vLLM judge answers all its cells in one job (rule judge_vllm),
+a vLLM evaluator all its CDV cells (cdv_eval_vllm), and vLLM models that both search and evaluate are served
+side by side by one job per CDV dataset (cdv_vllm_served).
 
 vllm itself needs a GPU: the jobs import the stand-in package tests/support/vllm_standin/vllm, which logs every
 engine load and every batch of requests, so the test counts loads and calls per run.
@@ -229,8 +231,24 @@ def test_one_served_job_loads_each_model_once_for_its_searches_and_evaluations(t
         lost = workdir / "results/cdv/tinyqa/gpu-a/gpu-a/eval/gpu-b.jsonl"
         lost.unlink()
         run_workflow(workdir, config, *files)
-    assert lost.exists()
-    later = events(standin)
-    assert len([e for e in later if e["event"] == "load"]) == 4
-    assert sum(e["requests"] for e in later if e["event"] == "chat") == calls
-    assert json.loads(lost.with_suffix(".usage.json").read_text())["calls_made"] == 0
+        assert lost.exists()
+        later = events(standin)
+        assert len([e for e in later if e["event"] == "load"]) == 4
+        assert sum(e["requests"] for e in later if e["event"] == "chat") == calls
+        assert json.loads(lost.with_suffix(".usage.json").read_text())["calls_made"] == 0
+
+        # A config change that concerns the job (the evaluation's token limit) plans it again.
+        edited = served_config(workdir, server.base_url, **{"cdv.eval.max_tokens": 9})
+        planned = job_counts(run_snakemake(workdir, "-n", *files, configfile=edited).stdout)
+        assert planned["cdv_vllm_served"] == 1
+
+        # Switched off: the in-process jobs take over and every answer comes from the served runs' cache
+        # entries (the same vllm identity); each model is loaded by its search and by its evaluation.
+        before = len(events(standin))
+        off = served_config(workdir, server.base_url, **{"cdv.eval.vllm_served": False})
+        run_workflow(workdir, off, *files)
+    switched = events(standin)[before:]
+    assert (
+        sorted(e["model"] for e in switched if e["event"] == "load") == ["org/a-72b"] * 2 + ["org/b-27b"] * 2
+    )
+    assert not [e for e in switched if e["event"] == "chat"]

@@ -130,3 +130,25 @@ def test_servers_stop_when_the_job_fails(standin, tmp_path):
 
     with pytest.raises(httpx.HTTPError):
         httpx.get(url.removesuffix("/v1") + "/health", timeout=1)
+
+
+def test_a_prefilled_answer_is_continued_by_the_server(tmp_path):
+    from tests.support.openai_server import OpenAIServer
+
+    request = Request.chat(user="Which? Answer: <letter>", prefill="Answer:", max_tokens=4, temperature=0)
+    with OpenAIServer() as server:
+        models = {"m": {"backend": "vllm", "model": "test-model", SERVED_URL_KEY: server.base_url}}
+        with open_client(models, "m", tmp_path / "cache.sqlite") as client:
+            (response,) = client.generate([request])
+        (body,) = [json.loads(b) for b in server.requests]
+    assert response.error is None
+    assert body["messages"][-1] == {"role": "assistant", "content": "Answer:"}
+    assert (body["continue_final_message"], body["add_generation_prompt"]) == (True, False)
+
+
+def test_no_config_file_can_point_a_vllm_model_at_a_server():
+    from stressprobe.config import validate_config
+
+    config = {"models": {"m": {"backend": "vllm", "model": "org/m", SERVED_URL_KEY: "http://x:1/v1"}}}
+    with pytest.raises(StressprobeError, match=SERVED_URL_KEY):
+        validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
