@@ -152,3 +152,30 @@ def test_no_config_file_can_point_a_vllm_model_at_a_server():
     config = {"models": {"m": {"backend": "vllm", "model": "org/m", SERVED_URL_KEY: "http://x:1/v1"}}}
     with pytest.raises(StressprobeError, match=SERVED_URL_KEY):
         validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+
+
+JOB = """
+import sys, time
+from stressprobe.llm.serving import serve_models
+models = {"small": {"backend": "vllm", "model": "org/small-27b", "gpus": 1}}
+with serve_models(models, ["small"], sys.argv[1], seed=0) as served:
+    print(served["small"]["served_base_url"], flush=True)
+    time.sleep(60)
+"""
+
+
+def test_servers_stop_when_the_job_is_terminated(standin, tmp_path):
+    import subprocess
+
+    import httpx
+
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(tmp_path / "job")], stdout=subprocess.PIPE, text=True
+    )
+    url = job.stdout.readline().strip()
+    assert httpx.get(url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
+    job.terminate()  # SIGTERM, as Snakemake cancelling a job
+    assert job.wait(timeout=30) == 128 + 15
+    (load,) = [e for e in events(standin) if e["event"] == "load"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(load["pid"], 0)

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -239,15 +240,35 @@ def serve_models(
     yields `models` with those entries pointing at their servers. Server logs: `<log_prefix>.<model>.server.log`.
     """
     wanted = {name: models[name] for name in served}
-    slices = assign_gpus(wanted, job_gpus(sum(int(e.get("gpus", 1)) for e in wanted.values()), environ))
-    servers: list[Server] = []
+    with _sigterm_as_exit():
+        gpus = job_gpus(sum(int(entry.get("gpus", 1)) for entry in wanted.values()), environ)
+        slices = assign_gpus(wanted, gpus)
+        servers: list[Server] = []
+        try:
+            for name in served:
+                log_path = Path(f"{log_prefix}.{name}.server.log")
+                servers.append(start_server(name, models[name], slices[name], log_path, seed, environ))
+            for server in servers:
+                wait_ready(server, ready_timeout_s)
+                log.info("%s: the vLLM server answers at %s", server.name, server.base_url)
+            yield served_entries(models, servers)
+        finally:
+            stop_servers(servers, grace_s)
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (Snakemake cancelling the job, a scheduler's time limit) raises SystemExit, so the servers,
+    which run in sessions of their own, are stopped on the way out instead of outliving the job."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
     try:
-        for name in served:
-            log_path = Path(f"{log_prefix}.{name}.server.log")
-            servers.append(start_server(name, models[name], slices[name], log_path, seed, environ))
-        for server in servers:
-            wait_ready(server, ready_timeout_s)
-            log.info("%s: the vLLM server answers at %s", server.name, server.base_url)
-        yield served_entries(models, servers)
+        yield
     finally:
-        stop_servers(servers, grace_s)
+        signal.signal(signal.SIGTERM, previous)
