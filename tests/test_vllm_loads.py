@@ -185,6 +185,12 @@ def test_dry_run_plans_one_served_job_per_dataset_and_none_when_switched_off(tmp
     assert counts["cdv_vllm_served"] == 1 and "cdv_search" not in counts and "cdv_eval_vllm" not in counts
     assert re.search(r"rule cdv_vllm_served:\n(?:    .*\n)*    resources: .*\bgpu=3\b", out), out[-3000:]
 
+    # Without mitigation the job writes no mitigation files.
+    config = served_config(workdir, "http://127.0.0.1:9/v1", **{"cdv.mitigation.enabled": False})
+    evals = [f for f in served_files() if "/mitigation/" not in f]
+    counts = job_counts(run_snakemake(workdir, "-n", *evals, configfile=config).stdout)
+    assert counts["cdv_vllm_served"] == 1 and "cdv_mitigation" not in counts
+
     # Switched off: the searches and evaluations are jobs of their own again (two loads per model).
     config = served_config(workdir, "http://127.0.0.1:9/v1", **{"cdv.eval.vllm_served": False})
     counts = job_counts(run_snakemake(workdir, "-n", *served_files(), configfile=config).stdout)
