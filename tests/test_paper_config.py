@@ -65,13 +65,17 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     pairs = {(c["proxy"], c["victim"]) for e in cdv["experiments"].values() for c in e["cells"]}
     search_cells = len(cdv["datasets"]) * len(pairs)
     cost_cells = len(cdv["datasets"]) * 2  # classifier-selected and random questions (Table 3)
-    assert jobs["cdv_search"] == search_cells + cost_cells
-    # vLLM evaluators answer every cell of a dataset in one job (one model load), the others one job per cell.
+    # vLLM evaluators answer every cell of a dataset in one job (one model load), the others one job per cell;
+    # those that also search themselves are served side by side with their searches by one job per dataset.
     vllm_evaluated = [m for m in cdv["eval_models"] if m in vllm]
+    served = [m for m in vllm_evaluated if (m, m) in pairs]
+    assert sorted(served) == ["gemma-2-27b", "qwen2.5-72b"]
+    assert jobs["cdv_vllm_served"] == len(cdv["datasets"])
+    assert jobs["cdv_search"] == search_cells - len(cdv["datasets"]) * len(served) + cost_cells
     cell_evaluated = len(cdv["eval_models"]) - len(vllm_evaluated)
     assert jobs["cdv_eval"] == search_cells * cell_evaluated
     assert jobs["cdv_mitigation"] == search_cells * cell_evaluated
-    assert jobs["cdv_eval_vllm"] == len(cdv["datasets"]) * len(vllm_evaluated)
+    assert jobs["cdv_eval_vllm"] == len(cdv["datasets"]) * (len(vllm_evaluated) - len(served))
     assert jobs["cdv_baselines"] == search_cells
     # One nested subsample per (dataset, sample size): 100 (self-search) and 300 (scale-up).
     assert jobs["cdv_subsample"] == len(cdv["datasets"]) * 2
