@@ -7,8 +7,9 @@ The dry run happens in a scratch directory where the config's placeholder paths 
 files) exist as empty files, so that Snakemake can build the whole DAG without any data or network.
 Prints wall-clock and CPU seconds of each `snakemake -n` and the job count; then the vLLM model loads
 (every job that opens a vLLM model loads it) with one judge or CDV evaluation job per cell (before:
-`judging.vllm_one_job_per_dataset` and `cdv.eval.vllm_one_job_per_dataset` false) and with one such job per
-(dataset, model) (after: the default).
+`judging.vllm_one_job_per_dataset` and `cdv.eval.vllm_one_job_per_dataset` false), with one such job per
+(dataset, model) but CDV victims that also evaluate searched in jobs of their own (`cdv.eval.vllm_served`
+false), and with those served side by side by one job per dataset (after: the default).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def job_wildcards(output: str) -> list[tuple[str, dict[str, str]]]:
-    """(rule, wildcards) of every job a full (not --quiet) dry run lists."""
+    """(rule, wildcards) of every job a full (not --quiet) dry run lists; the models of a served CDV job's
+    outputs (its searches' proxy and victim, its evaluations' model) under the key `served`."""
     jobs: list[tuple[str, dict[str, str]]] = []
     for line in output.splitlines():
         head = re.match(r"^\s*(?:local)?rule (\w+):$", line)
@@ -81,7 +83,20 @@ def job_wildcards(output: str) -> list[tuple[str, dict[str, str]]]:
         found = re.match(r"^\s+wildcards: (.*)$", line)
         if found and jobs:
             jobs[-1][1].update(part.split("=", 1) for part in found.group(1).split(", "))
+        outputs = re.match(r"^\s+output: (.*)$", line)
+        if outputs and jobs and jobs[-1][0] == "cdv_vllm_served":
+            jobs[-1][1]["served"] = " ".join(sorted(served_models(outputs.group(1).split(", "))))
     return jobs
+
+
+def served_models(outputs: list[str]) -> set[str]:
+    """The models a served CDV job loads, read from its output paths."""
+    names: set[str] = set()
+    for path in outputs:
+        search = re.match(r"results/cdv/[^/]+/([^/]+)/([^/]+)/search\.jsonl$", path)
+        evaluated = re.match(r"results/cdv/[^/]+/[^/]+/[^/]+/eval/([^/]+)\.jsonl$", path)
+        names |= set(search.groups()) if search else set(evaluated.groups()) if evaluated else set()
+    return names
 
 
 # Which wildcards name the model(s) a job of each model-calling rule loads (the others use none or config).
@@ -106,6 +121,8 @@ def vllm_loads(jobs: list[tuple[str, dict[str, str]]], config: dict) -> Counter:
             named.add(config["judging"].get("summarizer"))
         if rule == "cdv_search":
             named.add(cdv.get("semantic_model") or wildcards.get("victim"))
+        if rule == "cdv_vllm_served":
+            named |= set(wildcards.get("served", "").split())
         if rule == "cdv_baselines":
             named.add(cdv.get("baseline_model") or wildcards.get("proxy"))
         for name in named:
@@ -114,10 +131,16 @@ def vllm_loads(jobs: list[tuple[str, dict[str, str]]], config: dict) -> Counter:
     return loads
 
 
-def load_report(loads: Counter) -> str:
-    per_model_dataset = Counter()
+def per_model_dataset(loads: Counter) -> Counter:
+    """(model, dataset) -> loads over all rules."""
+    totals: Counter = Counter()
     for (model, dataset, _rule), count in loads.items():
-        per_model_dataset[(model, dataset)] += count
+        totals[(model, dataset)] += count
+    return totals
+
+
+def load_report(loads: Counter) -> str:
+    per_model_dataset_ = per_model_dataset(loads)
     rules = Counter()
     for (_model, _dataset, rule), count in loads.items():
         rules[rule] += count
@@ -126,15 +149,20 @@ def load_report(loads: Counter) -> str:
         f"{sum(loads.values())} vLLM model loads "
         f"({', '.join(f'{r}: {n}' for r, n in sorted(rules.items()))}); "
         f"at most {worst} per (model, dataset, rule), "
-        f"at most {max(per_model_dataset.values(), default=0)} per (model, dataset) over all rules"
+        f"at most {max(per_model_dataset_.values(), default=0)} per (model, dataset) over all rules"
     )
 
 
-def count_loads(workdir: Path, grouped: bool) -> Counter:
+def count_loads(workdir: Path, grouped: bool, served: bool | None = None) -> Counter:
+    """Loads of the paper DAG with grouped judge/evaluation jobs on or off, and served CDV dataset jobs
+    (default: as `grouped`)."""
+    served = grouped if served is None else served
     config = yaml.safe_load(PAPER_CONFIG.read_text(encoding="utf-8"))
     config.setdefault("judging", {})["vllm_one_job_per_dataset"] = grouped
-    config.setdefault("cdv", {}).setdefault("eval", {})["vllm_one_job_per_dataset"] = grouped
-    path = workdir / f"paper-grouped-{grouped}.yaml"
+    evaluation = config.setdefault("cdv", {}).setdefault("eval", {})
+    evaluation["vllm_one_job_per_dataset"] = grouped
+    evaluation["vllm_served"] = served
+    path = workdir / f"paper-grouped-{grouped}-served-{served}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     proc, _wall, _cpu = dry_run(workdir, config_path=path)
     if proc.returncode != 0:
@@ -157,9 +185,12 @@ def main() -> None:
                 f"run {i + 1}: {wall:.2f} s wall, {cpu:.2f} s CPU, {jobs} jobs "
                 f"({verdict} the {LIMIT_S:.0f} s limit)"
             )
-        before, after = count_loads(workdir, grouped=False), count_loads(workdir, grouped=True)
-        print(f"before (a judge/CDV eval job per cell): {load_report(before)}")
-        print(f"after (one per (dataset, vLLM model)):  {load_report(after)}")
+        before = count_loads(workdir, grouped=False)
+        grouped = count_loads(workdir, grouped=True, served=False)
+        after = count_loads(workdir, grouped=True, served=True)
+        print(f"before (a judge/CDV eval job per cell):           {load_report(before)}")
+        print(f"grouped (one per (dataset, vLLM model) and rule): {load_report(grouped)}")
+        print(f"after (and searching victims served with them):   {load_report(after)}")
 
 
 if __name__ == "__main__":

@@ -65,13 +65,17 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     pairs = {(c["proxy"], c["victim"]) for e in cdv["experiments"].values() for c in e["cells"]}
     search_cells = len(cdv["datasets"]) * len(pairs)
     cost_cells = len(cdv["datasets"]) * 2  # classifier-selected and random questions (Table 3)
-    assert jobs["cdv_search"] == search_cells + cost_cells
-    # vLLM evaluators answer every cell of a dataset in one job (one model load), the others one job per cell.
+    # vLLM evaluators answer every cell of a dataset in one job (one model load), the others one job per cell;
+    # those that also search themselves are served side by side with their searches by one job per dataset.
     vllm_evaluated = [m for m in cdv["eval_models"] if m in vllm]
+    served = [m for m in vllm_evaluated if (m, m) in pairs]
+    assert sorted(served) == ["gemma-2-27b", "qwen2.5-72b"]
+    assert jobs["cdv_vllm_served"] == len(cdv["datasets"])
+    assert jobs["cdv_search"] == search_cells - len(cdv["datasets"]) * len(served) + cost_cells
     cell_evaluated = len(cdv["eval_models"]) - len(vllm_evaluated)
     assert jobs["cdv_eval"] == search_cells * cell_evaluated
     assert jobs["cdv_mitigation"] == search_cells * cell_evaluated
-    assert jobs["cdv_eval_vllm"] == len(cdv["datasets"]) * len(vllm_evaluated)
+    assert jobs["cdv_eval_vllm"] == len(cdv["datasets"]) * (len(vllm_evaluated) - len(served))
     assert jobs["cdv_baselines"] == search_cells
     # One nested subsample per (dataset, sample size): 100 (self-search) and 300 (scale-up).
     assert jobs["cdv_subsample"] == len(cdv["datasets"]) * 2
@@ -112,6 +116,16 @@ def resources_of(output: str, rule: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.split(", "))
 
 
+def test_the_served_cdv_job_asks_for_the_gpus_of_all_its_models(paper, workdir):
+    target = "results/cdv/MMLU/qwen2.5-72b/qwen2.5-72b/eval/gemma-2-27b.jsonl"
+    proc, _, _ = dry_run(workdir, target)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    resources = resources_of(proc.stdout + proc.stderr, "cdv_vllm_served")
+    models = paper["models"]
+    assert int(resources["gpu"]) == models["qwen2.5-72b"]["gpus"] + models["gemma-2-27b"]["gpus"] == 6
+    assert int(resources["mem_mb"]) == paper["resources"]["llm_gpu"]["mem_mb"]
+
+
 @pytest.mark.parametrize("model", ["llama-3.1-70b", "qwen2.5-7b", "gpt-4o"])
 def test_vllm_cells_ask_for_the_models_gpus(paper, workdir, model):
     target = f"results/judging/dl20/judgments/{model}/baseline/umbrela.jsonl"
@@ -126,11 +140,19 @@ def test_vllm_cells_ask_for_the_models_gpus(paper, workdir, model):
     assert int(resources.get("gpu", 0)) == expected
 
 
-def test_vllm_models_load_once_per_dataset_and_rule(workdir):
-    from bench.bench_dag import count_loads
+def test_vllm_models_load_once_per_dataset(paper, workdir):
+    from bench.bench_dag import count_loads, per_model_dataset
 
     after = count_loads(workdir, grouped=True)
-    assert after and max(after.values()) == 1, sorted(after.items(), key=lambda kv: -kv[1])[:3]
+    totals = per_model_dataset(after)
+    assert after and max(totals.values()) == 1, sorted(after.items(), key=lambda kv: -kv[1])[:3]
+    # Each searching vLLM evaluator is loaded, per CDV dataset, by exactly one job: the served one.
+    for model in ("qwen2.5-72b", "gemma-2-27b"):
+        for dataset in paper["cdv"]["datasets"]:
+            assert after[(model, dataset, "cdv_vllm_served")] == totals[(model, dataset)] == 1
+    # Without serving, a searching evaluator is loaded by its search and by its evaluation.
+    grouped = per_model_dataset(count_loads(workdir, grouped=True, served=False))
+    assert grouped[("qwen2.5-72b", "MMLU")] == grouped[("gemma-2-27b", "MMLU")] == 2
     before = count_loads(workdir, grouped=False)
     assert max(before.values()) == 9  # a judge job per condition: 9 loads per (model, dataset)
 

@@ -1,4 +1,6 @@
-"""One vLLM model load per (model, dataset): a vLLM judge answers all its cells in one job (rule judge_vllm).
+"""One vLLM model load per (model, dataset): a vLLM judge answers all its cells in one job (rule judge_vllm),
+a vLLM evaluator all its CDV cells (cdv_eval_vllm), and vLLM models that both search and evaluate are served
+side by side by one job per CDV dataset (cdv_vllm_served).
 
 vllm itself needs a GPU: the jobs import the stand-in package tests/support/vllm_standin/vllm, which logs every
 engine load and every batch of requests, so the test counts loads and calls per run.
@@ -8,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bench.bench_dag import job_counts
 from tests.support.api_workdir import judge_cell, run_workflow, write_api_config, write_judging_data
 from tests.support.helpers import ROOT, make_workdir, run_snakemake
 
@@ -133,3 +137,124 @@ def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path, standin):
         assert usage["calls_made"] + usage["cache_hits"] == len(records), target
         calls += usage["calls_made"]
     assert calls == sum(e["requests"] for e in events(standin) if e["event"] == "chat")
+
+
+SERVED_CELLS = [{"proxy": "gpu-a", "victim": "gpu-a"}, {"proxy": "gpu-b", "victim": "gpu-b"}]
+
+
+def served_config(workdir: Path, base_url: str, **edits) -> Path:
+    """Two vLLM models that search themselves and evaluate each other's perturbed questions on one dataset
+    (the cycle that needs them resident side by side); baselines by the API model."""
+    return write_api_config(
+        workdir,
+        base_url,
+        {
+            "models.gpu-a": {"backend": "vllm", "model": "org/a-72b", "gpus": 2, "tensor_parallel_size": 2},
+            "models.gpu-b": {"backend": "vllm", "model": "org/b-27b", "gpus": 1},
+            "judging.models": ["api"],
+            "cdv.cells": SERVED_CELLS,
+            "cdv.eval_models": ["gpu-a", "gpu-b"],
+            "cdv.baseline_model": "api",
+            "cdv.mitigation.enabled": True,
+            **edits,
+        },
+    )
+
+
+def served_files() -> list[str]:
+    cells = [f"results/cdv/tinyqa/{c['proxy']}/{c['victim']}" for c in SERVED_CELLS]
+    search = ["search.jsonl", "perturbed.jsonl", "search.summary.json", "search.usage.json"]
+    evals = [
+        f"{kind}/{m}{ext}"
+        for kind in ("eval", "mitigation")
+        for m in ("gpu-a", "gpu-b")
+        for ext in (".jsonl", ".usage.json")
+    ]
+    return [f"{cell}/{name}" for cell in cells for name in search + evals]
+
+
+def test_dry_run_plans_one_served_job_per_dataset_and_none_when_switched_off(tmp_path):
+    from tests.support.api_workdir import write_cdv_questions
+
+    workdir = make_workdir(tmp_path / "w")
+    write_cdv_questions(workdir)
+    config = served_config(workdir, "http://127.0.0.1:9/v1")
+    proc = run_snakemake(workdir, "-n", *served_files(), configfile=config)
+    out = proc.stdout + proc.stderr
+    counts = job_counts(out)
+    assert counts["cdv_vllm_served"] == 1 and "cdv_search" not in counts and "cdv_eval_vllm" not in counts
+    assert re.search(r"rule cdv_vllm_served:\n(?:    .*\n)*    resources: .*\bgpu=3\b", out), out[-3000:]
+
+    # Without mitigation the job writes no mitigation files.
+    config = served_config(workdir, "http://127.0.0.1:9/v1", **{"cdv.mitigation.enabled": False})
+    evals = [f for f in served_files() if "/mitigation/" not in f]
+    counts = job_counts(run_snakemake(workdir, "-n", *evals, configfile=config).stdout)
+    assert counts["cdv_vllm_served"] == 1 and "cdv_mitigation" not in counts
+
+    # Switched off: the searches and evaluations are jobs of their own again (two loads per model).
+    config = served_config(workdir, "http://127.0.0.1:9/v1", **{"cdv.eval.vllm_served": False})
+    counts = job_counts(run_snakemake(workdir, "-n", *served_files(), configfile=config).stdout)
+    assert "cdv_vllm_served" not in counts
+    assert counts["cdv_search"] == 2 and counts["cdv_eval_vllm"] == 2
+
+
+@pytest.mark.slow
+def test_one_served_job_loads_each_model_once_for_its_searches_and_evaluations(tmp_path, standin):
+    from tests.support.api_workdir import write_cdv_questions
+    from tests.support.openai_server import OpenAIServer
+
+    workdir = make_workdir(tmp_path / "w")
+    write_cdv_questions(workdir)
+    files = served_files()
+    with OpenAIServer() as server:
+        config = served_config(workdir, server.base_url)
+        # One cell's file as the target: the dataset job writes every cell's files.
+        run_workflow(workdir, config, files[-1])
+        loads = [e for e in events(standin) if e["event"] == "load"]
+        assert sorted((e["model"], e["gpus"], e.get("served")) for e in loads) == [
+            ("org/a-72b", "0,1", True),
+            ("org/b-27b", "2", True),
+        ]
+        for name in files:  # (the stand-in's proxy writes no usable context: perturbed.jsonl stays empty)
+            assert (workdir / name).exists() and ("perturbed" in name or (workdir / name).stat().st_size), (
+                name
+            )
+        calls = sum(e["requests"] for e in events(standin) if e["event"] == "chat")
+        made = sum(
+            json.loads((workdir / f).read_text())["calls_made"] for f in files if f.endswith("usage.json")
+        )
+        assert calls > 0 and made == calls  # every request the servers answered is in some cell's sidecar
+        # Each cell's eval sidecar names its model and backend, as cdv_eval_vllm writes it.
+        usage = json.loads((workdir / "results/cdv/tinyqa/gpu-a/gpu-a/eval/gpu-b.usage.json").read_text())
+        assert (usage["model"], usage["backend"]) == ("gpu-b", "vllm")
+
+        # Every cell is a target of its own and up to date.
+        proc = run_workflow(workdir, config, *files)
+        assert "Nothing to be done" in proc.stdout + proc.stderr
+
+        # One cell's evaluation lost: the job reruns and the servers load again, but every answer comes
+        # from the cache (no new chat request).
+        lost = workdir / "results/cdv/tinyqa/gpu-a/gpu-a/eval/gpu-b.jsonl"
+        lost.unlink()
+        run_workflow(workdir, config, *files)
+        assert lost.exists()
+        later = events(standin)
+        assert len([e for e in later if e["event"] == "load"]) == 4
+        assert sum(e["requests"] for e in later if e["event"] == "chat") == calls
+        assert json.loads(lost.with_suffix(".usage.json").read_text())["calls_made"] == 0
+
+        # A config change that concerns the job (the evaluation's token limit) plans it again.
+        edited = served_config(workdir, server.base_url, **{"cdv.eval.max_tokens": 9})
+        planned = job_counts(run_snakemake(workdir, "-n", *files, configfile=edited).stdout)
+        assert planned["cdv_vllm_served"] == 1
+
+        # Switched off: the in-process jobs take over and every answer comes from the served runs' cache
+        # entries (the same vllm identity); each model is loaded by its search and by its evaluation.
+        before = len(events(standin))
+        off = served_config(workdir, server.base_url, **{"cdv.eval.vllm_served": False})
+        run_workflow(workdir, off, *files)
+    switched = events(standin)[before:]
+    assert (
+        sorted(e["model"] for e in switched if e["event"] == "load") == ["org/a-72b"] * 2 + ["org/b-27b"] * 2
+    )
+    assert not [e for e in switched if e["event"] == "chat"]

@@ -13,7 +13,7 @@ Usage::
         server.outcomes                       # Counter: "ok", "rate_limit", "server_error", ...
         server.api_keys                       # set of bearer tokens seen
 
-Endpoints: ``GET /v1/models`` (lists `model_ids`) and ``POST /v1/chat/completions`` (``n`` choices, ``usage``,
+Endpoints: ``GET /health`` (200 once serving, as vLLM's server), ``GET /v1/models`` (lists `model_ids`) and ``POST /v1/chat/completions`` (``n`` choices, ``usage``,
 ``logprobs.content[*].top_logprobs`` when ``logprobs`` is true, honouring ``top_logprobs``, ``stop`` and
 ``max_tokens`` (counted in words)). ``GET /_stats`` returns the counters as JSON (used in process mode).
 
@@ -33,6 +33,7 @@ Constructor arguments:
 - ``require_key``: answer 401 unless the bearer token equals it.
 - ``max_choices``: answer at most this many choices whatever ``n`` asks (as llama.cpp's server, which
   ignores ``n``); None = honour ``n``.
+- ``port``: the port to listen on (0 = any free one).
 - ``process``: serve from a forked child process (benchmarks: keeps the server off the client's GIL);
   counters are then fetched from ``/_stats``. Custom responders work in both modes.
 """
@@ -242,6 +243,8 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path.rstrip("/") == "/_stats":
                 self.send_json(200, state.stats())
+            elif self.path.rstrip("/") == "/health":
+                self.send_json(200, {})
             elif self.path.rstrip("/").endswith("/models"):
                 if self.authorized():
                     models = [
@@ -310,6 +313,7 @@ class OpenAIServer:
         require_key: str | None = None,
         process: bool = False,
         max_choices: int | None = None,
+        port: int = 0,
     ) -> None:
         self._state = _State(
             latency,
@@ -323,11 +327,12 @@ class OpenAIServer:
         )
         self._state.max_choices = max_choices
         self._process_mode = process
+        self._port = port
         self._server: ThreadingHTTPServer | None = None
         self._worker: threading.Thread | multiprocessing.Process | None = None
 
     def __enter__(self) -> OpenAIServer:
-        server = _Server(("127.0.0.1", 0), make_handler(self._state))
+        server = _Server(("127.0.0.1", self._port), make_handler(self._state))
         self._server = server
         if self._process_mode:
             self._worker = multiprocessing.get_context("fork").Process(target=_serve_forever, args=(server,))

@@ -164,10 +164,11 @@ def llm_threads(models):
     return lambda w: max(map(_threads, models(w)))
 
 
-def llm_resources(models):
-    """GPUs of the largest vllm model (routed to the GPU partition by the profile), memory and runtime."""
+def llm_resources(models, gpus=max):
+    """GPUs of the largest vllm model (routed to the GPU partition by the profile), memory and runtime;
+    `gpus=sum` for a job that holds all its vllm models at once."""
     return {
-        "gpu": lambda w: max(map(model_resources, models(w))),
+        "gpu": lambda w: gpus(map(model_resources, models(w))),
         "mem_mb": lambda w: _resource_family(models(w))["mem_mb"],
         "runtime": lambda w: _resource_family(models(w))["runtime"],
     }

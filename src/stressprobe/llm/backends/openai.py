@@ -206,6 +206,8 @@ class OpenAIBackend(AsyncBackend):
     """Concurrent chat completions with bounded, logged retries."""
 
     kind = "openai"
+    # Whether the server continues a prefilled final assistant message (vLLM's `continue_final_message`).
+    continues_prefill = False
 
     def __init__(
         self,
@@ -281,12 +283,15 @@ class OpenAIBackend(AsyncBackend):
         return dataclasses.replace(response, texts=texts, completion_tokens=completion)
 
     async def _complete_once(self, request: Request) -> Response:
-        if request.prefill is not None:
+        if request.prefill is not None and not self.continues_prefill:
             # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
             return Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer")
         if request.logprobs and "logprobs" in self.api["unsupported_params"]:
             return Response.failure(f"{self.name}: this model's API returns no logprobs (unsupported_params)")
         arguments = chat_arguments(self.model, request, self.api, self.extra_body)
+        if request.prefill is not None:
+            # vLLM's chat extensions: continue the final (assistant) message instead of opening a new turn.
+            arguments.update(add_generation_prompt=False, continue_final_message=True)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             outcome = await self._attempt(arguments, request)

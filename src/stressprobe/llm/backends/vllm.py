@@ -1,13 +1,19 @@
-"""Offline batched generation on a GPU with vLLM (`vllm.LLM.chat` + `SamplingParams`).
+"""Offline batched generation on a GPU with vLLM (`vllm.LLM.chat` + `SamplingParams`), or the same model
+answering from a vLLM server that the job started itself (stressprobe.llm.serving).
 
 vllm is an optional extra (`pip install stressprobe[vllm]` on a GPU node) and is imported only when a
 vllm model is opened. All claimed requests go to vLLM in one `chat` call (continuous batching, prefix
 caching); the client hands over `batch_size` requests at a time so each chunk is committed to the cache
 as soon as it is done.
+
+An entry that carries `served_base_url` (set at run time by `serving.serve_models`, never by a config file)
+is answered over HTTP by the OpenAI backend's machinery instead, with the same `vllm` identity in the cache
+keys: a request answered in-process is not paid again when served, nor the other way round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 from typing import Any
@@ -15,15 +21,24 @@ from typing import Any
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
+from stressprobe.llm.backends.openai import KEYLESS_PLACEHOLDER, OpenAIBackend, preflight
+from stressprobe.llm.serving import SERVED_URL_KEY
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
 
 
-def open_backend(name: str, entry: dict[str, Any]) -> VllmBackend:
-    """Import vllm and load the model on the GPU(s)."""
+# A served model: requests in flight at once (the server batches them on the GPU) and the time one may take.
+SERVED_CONCURRENCY = 256
+SERVED_TIMEOUT_S = 1800.0
+
+
+def open_backend(name: str, entry: dict[str, Any]) -> Backend:
+    """Import vllm and load the model on the GPU(s), or connect to the job's server of it."""
     if not entry.get("model"):
         raise StressprobeError(f"config models.{name}.model: missing; give a Hugging Face id or a local path")
+    if entry.get(SERVED_URL_KEY):
+        return open_served_backend(name, entry)
     try:
         vllm = importlib.import_module("vllm")
     except ImportError:
@@ -111,3 +126,36 @@ class VllmBackend(Backend):
             log.warning("%s: batch of %d failed (%s); retrying one by one", self.name, len(requests), exc)
             return [self.complete([r])[0] for r in requests]
         return [parse_output(o, r) for o, r in zip(outputs, requests, strict=True)]
+
+
+def open_served_backend(name: str, entry: dict[str, Any]) -> ServedVllmBackend:
+    """The model behind its server: check that it answers, then talk the OpenAI protocol to it."""
+    base_url = entry[SERVED_URL_KEY]
+    preflight(name, base_url, KEYLESS_PLACEHOLDER)
+    return ServedVllmBackend(
+        name,
+        backend_identity(name, entry),
+        model=entry["model"],
+        base_url=base_url,
+        api_key=KEYLESS_PLACEHOLDER,
+        concurrency=SERVED_CONCURRENCY,
+        timeout_s=SERVED_TIMEOUT_S,
+        max_retries=3,
+        backoff_s=1.0,
+    )
+
+
+class ServedVllmBackend(OpenAIBackend):
+    """A vllm model answering from `vllm serve` on this job's GPUs: the identity and sampling of the
+    in-process backend (greedy requests ask for one sample; prefilled answers are continued) over HTTP."""
+
+    kind = "vllm"
+    continues_prefill = True
+
+    async def acomplete(self, request: Request) -> Response:
+        if request.temperature == 0 and request.n > 1:
+            response = await super().acomplete(dataclasses.replace(request, n=1))
+            if response.error is None:
+                response = dataclasses.replace(response, texts=response.texts * request.n)
+            return response
+        return await super().acomplete(request)

@@ -1,9 +1,11 @@
 """A stand-in for the `vllm` package in workflow tests (vllm itself needs a GPU).
 
-Put tests/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a JSON
-line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests per
-job. Answers follow the judge format (``##final score: <0-3>`` from a hash of the prompt), or the CDV one
-(``Answer: <A-D>``) when the prompt asks for it, with top-k logprobs when asked.
+Put tests/support/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a
+JSON line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests
+per job. Answers follow the judge format (``##final score: <0-3>`` from a hash of the prompt), or the CDV one
+(``Answer: <A-D>``) when the prompt asks for it, with top-k logprobs when asked. The OpenAI-compatible server
+(`python -m vllm.entrypoints.openai.api_server`, as `vllm serve`) records its load in the same log and
+answers with the same `answer` function.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import os
 from types import SimpleNamespace
 
 
-def _record(event: dict) -> None:
+def answer(conversation) -> tuple[str, int]:
+    """The text the stand-in answers a conversation with, and its grade (0-3)."""
+    prompt = "\n".join(m["content"] for m in conversation)
+    grade = int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % 4
+    text = f"Answer: {'ABCD'[grade]}" if "Answer:" in prompt else f"##final score: {grade}"
+    return text, grade
+
+
+def record(event: dict) -> None:
     path = os.environ.get("STRESSPROBE_VLLM_STANDIN_LOG")
     if path:
         with open(path, "a", encoding="utf-8") as handle:
@@ -29,7 +39,7 @@ class SamplingParams:
 class LLM:
     def __init__(self, **kwargs):
         self.kwargs = kwargs
-        _record({"event": "load", "model": kwargs.get("model")})
+        record({"event": "load", "model": kwargs.get("model")})
 
     def chat(
         self,
@@ -39,11 +49,11 @@ class LLM:
         add_generation_prompt=True,
         continue_final_message=False,
     ):
-        _record({"event": "chat", "model": self.kwargs.get("model"), "requests": len(conversations)})
+        record({"event": "chat", "model": self.kwargs.get("model"), "requests": len(conversations)})
         outputs = []
         for conversation, params in zip(conversations, sampling_params, strict=True):
             prompt = "\n".join(m["content"] for m in conversation)
-            grade = int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % 4
+            text, grade = answer(conversation)
             k = params.kwargs.get("logprobs") or 0
             logprobs = None
             if k:
@@ -53,7 +63,6 @@ class LLM:
                         for d in range(min(k, 4))
                     }
                 ]
-            text = f"Answer: {'ABCD'[grade]}" if "Answer:" in prompt else f"##final score: {grade}"
             samples = [
                 SimpleNamespace(text=text, token_ids=[1, 2, 3, 4], logprobs=logprobs)
                 for _ in range(params.kwargs.get("n") or 1)

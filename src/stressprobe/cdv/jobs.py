@@ -1,0 +1,212 @@
+"""What a CDV job does with its models, whichever rule runs it: one cell's tree search (rules cdv_search and
+cdv_vllm_served) and one model's evaluation on every cell of a dataset (rules cdv_eval_vllm and
+cdv_vllm_served). The scripts only adapt the `snakemake` object to these."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stressprobe.cdv.classifier import prompt_probabilities
+from stressprobe.cdv.clients import role_clients, write_merged_usage
+from stressprobe.cdv.evaluate import eval_items, evaluate
+from stressprobe.cdv.search import (
+    SearchSettings,
+    perturbed_records,
+    run_search,
+    search_records,
+    summarize_search,
+)
+from stressprobe.io import read_jsonl, write_json, write_jsonl
+from stressprobe.llm.usage import effective_price
+
+log = logging.getLogger("stressprobe.cdv")
+
+
+@dataclass(frozen=True)
+class SearchFiles:
+    """A search cell's outputs."""
+
+    search: str
+    perturbed: str
+    summary: str
+    usage: str
+
+
+def search_settings(
+    search: Mapping[str, Any],
+    classifier_threshold: float,
+    seed: int,
+    victim_prefill: str | None,
+    eval_temperature: float,
+    value: str,
+) -> SearchSettings:
+    """The SearchSettings of a cell from the rule's params."""
+    return SearchSettings(
+        **search,
+        classifier_threshold=classifier_threshold,
+        seed=seed,
+        victim_prefill=victim_prefill,
+        eval_temperature=eval_temperature,
+        value=value,
+    )
+
+
+def search_cell(
+    questions_path: str,
+    models: Mapping[str, Any],
+    roles: Mapping[str, str],
+    cache_path: str,
+    settings: SearchSettings,
+    dataset: str,
+    files: SearchFiles,
+) -> None:
+    """Search one (dataset, proxy, victim) cell and write its search, perturbed, summary and usage files."""
+    questions = read_jsonl(questions_path)
+    roles = dict(roles)
+    with role_clients(dict(models), roles, cache_path) as clients:
+        perturbability = None
+        if "classifier" in clients:
+            perturbability = prompt_probabilities(clients["classifier"], questions, settings.seed)
+        states = run_search(questions, clients, settings, perturbability)
+        write_merged_usage(clients, files.usage)
+    records = search_records(states)
+    # As billed: a `batch: true` model costs the batch price.
+    prices = {role: effective_price(models[name]) for role, name in roles.items()}
+    summary = {
+        **roles,
+        "dataset": dataset,
+        "value": settings.value,
+        **summarize_search(records, prices),
+    }
+    log.info(
+        "search %s/%s/%s: %d questions, %d successful perturbations",
+        dataset,
+        roles["proxy"],
+        roles["victim"],
+        summary["questions"],
+        summary["successful_perturbations"],
+    )
+    write_jsonl(files.search, records)
+    write_jsonl(files.perturbed, perturbed_records(states))
+    write_json(files.summary, summary)
+
+
+@dataclass(frozen=True)
+class EvalCell:
+    """One cell of a grouped evaluation: what it reads and what it writes (mitigation files: "" when off)."""
+
+    name: str
+    questions: str
+    perturbed: str
+    baselines: str
+    records: str
+    usage: str
+    mitigation: str = ""
+    mitigation_usage: str = ""
+
+
+def group_cells(
+    cells: list[tuple[str, str]] | list[list[str]],
+    questions: list[str],
+    perturbed: list[str],
+    baselines: list[str],
+    records: list[str],
+    usage: list[str],
+    mitigation: list[str] | tuple[()] = (),
+    mitigation_usage: list[str] | tuple[()] = (),
+) -> list[EvalCell]:
+    """The EvalCells of (proxy, victim) `cells` from parallel lists of paths (mitigation: empty when off)."""
+    mitigation = list(mitigation) or [""] * len(cells)
+    mitigation_usage = list(mitigation_usage) or [""] * len(cells)
+    columns = (cells, questions, perturbed, baselines, records, usage, mitigation, mitigation_usage)
+    return [EvalCell("/".join(cell), *paths) for cell, *paths in zip(*columns, strict=True)]
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How one model is asked in the evaluation."""
+
+    max_tokens: int
+    temperature: float
+    prefill: str | None
+    seed: int
+
+
+def evaluate_group(
+    models: Mapping[str, Any], model: str, cache_path: str, cells: list[EvalCell], settings: EvalSettings
+) -> None:
+    """Evaluate `model` on every cell with one client (one model load): per cell, the originals, perturbed
+    questions and baselines, and with mitigation the originals and perturbed questions under the focus
+    instruction; the same files as cdv_eval and cdv_mitigation write per cell."""
+    with role_clients(dict(models), {"eval": model}, cache_path) as clients:
+        for cell in cells:
+            questions = read_jsonl(cell.questions)
+            perturbed = read_jsonl(cell.perturbed)
+            baselines = read_jsonl(cell.baselines) if cell.baselines else []
+            jobs = [(False, eval_items(questions, perturbed, baselines), cell.records, cell.usage)]
+            if cell.mitigation:
+                # As cdv_mitigation: originals and perturbed questions only, no baselines.
+                jobs.append(
+                    (True, eval_items(questions, perturbed, []), cell.mitigation, cell.mitigation_usage)
+                )
+            for mitigated, items, records_path, usage_path in jobs:
+                for client in clients.values():
+                    client.reset_usage()  # each output's sidecar counts its own calls
+                records = evaluate(
+                    clients["eval"],
+                    items,
+                    settings.max_tokens,
+                    settings.seed,
+                    mitigated,
+                    settings.prefill,
+                    settings.temperature,
+                )
+                write_merged_usage(clients, usage_path)
+                write_jsonl(records_path, records)
+                log.info("%s %s: %d records (mitigation %s)", model, cell.name, len(records), mitigated)
+
+
+@dataclass(frozen=True)
+class ServedSearch:
+    """A search cell of the served dataset job: its roles, settings and files."""
+
+    questions: str
+    roles: Mapping[str, str]
+    settings: SearchSettings
+    files: SearchFiles
+
+
+@dataclass(frozen=True)
+class ServedEval:
+    """A served model's grouped evaluation."""
+
+    model: str
+    cells: list[EvalCell]
+    settings: EvalSettings
+
+
+def served_dataset(
+    models: Mapping[str, Any],
+    served: list[str],
+    cache_path: str,
+    dataset: str,
+    searches: list[ServedSearch],
+    evaluations: list[ServedEval],
+    log_prefix: str,
+    seed: int,
+) -> None:
+    """The CDV dataset job of rule cdv_vllm_served: the `served` vLLM models resident side by side, each
+    behind its own server, for the searches of the cells they take part in, then their evaluations on every
+    cell of the dataset (which need those searches' perturbed questions)."""
+    from stressprobe.llm.serving import serve_models
+
+    with serve_models(models, served, log_prefix, seed) as entries:
+        for search in searches:
+            search_cell(
+                search.questions, entries, search.roles, cache_path, search.settings, dataset, search.files
+            )
+        for evaluation in evaluations:
+            evaluate_group(entries, evaluation.model, cache_path, evaluation.cells, evaluation.settings)

@@ -1,0 +1,274 @@
+"""Start vLLM's OpenAI-compatible server for several models side by side, inside one job.
+
+A job that needs several vLLM models resident at once (the CDV dataset job, rule cdv_vllm_served) starts one
+server per model as a child process on its own slice of the job's GPUs, waits until each answers
+`GET /health`, hands back the registry entries with the server's URL under `served_base_url` (the vllm
+backend then answers through it, keeping its `vllm` identity in the cache), and stops every server when the
+job ends, also on an exception:
+
+    with serve_models(models, log_prefix="results/logs/cdv/served/MMLU", seed=42) as served:
+        with open_client(served, "qwen2.5-72b", cache_path) as client:
+            ...
+
+`python -m vllm.entrypoints.openai.api_server` is the entry point `vllm serve` runs. The URL exists only at
+run time; the config schema has no `served_base_url` key, so no config file can set one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from stressprobe.errors import StressprobeError
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 1800.0  # a 72B model on 4 GPUs takes minutes to load, more from a cold file system
+POLL_S = 1.0
+GRACE_S = 30.0
+LOG_TAIL_LINES = 5
+SERVED_URL_KEY = "served_base_url"
+
+
+@dataclass
+class Server:
+    """One running server: its model, where it listens, its GPUs, its log and process."""
+
+    name: str
+    port: int
+    gpus: list[str]
+    log_path: Path
+    process: subprocess.Popen
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def job_gpus(total: int, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs this job may use: CUDA_VISIBLE_DEVICES (set by SLURM's --gpus and by Snakemake's GPU
+    resources), else SLURM_JOB_GPUS, else 0..total-1."""
+    environ = os.environ if environ is None else environ
+    for variable in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS"):
+        value = environ.get(variable, "").strip()
+        if value:
+            return [gpu.strip() for gpu in value.split(",") if gpu.strip()]
+    return [str(i) for i in range(total)]
+
+
+def assign_gpus(models: Mapping[str, Mapping[str, Any]], visible: list[str]) -> dict[str, list[str]]:
+    """Each model's slice of `visible`, in the order given: its entry's `gpus` devices, none shared."""
+    wanted = {name: int(entry.get("gpus", 1)) for name, entry in models.items()}
+    if sum(wanted.values()) > len(visible):
+        asked = ", ".join(f"{name} {n}" for name, n in wanted.items())
+        raise StressprobeError(
+            f"models: the served vLLM models need {sum(wanted.values())} GPUs ({asked}) but the job sees "
+            f"{len(visible)} ({','.join(visible) or 'none'}); give the job more GPUs or set "
+            "cdv.eval.vllm_served: false"
+        )
+    slices, start = {}, 0
+    for name, n in wanted.items():
+        slices[name] = visible[start : start + n]
+        start += n
+    return slices
+
+
+def server_command(entry: Mapping[str, Any], port: int, seed: int, python: str = sys.executable) -> list[str]:
+    """The command line of vLLM's OpenAI-compatible server for one registry entry, with the settings the
+    in-process backend gives `vllm.LLM` (and vLLM's own sampling defaults, not the model's
+    generation_config.json, as offline `LLM.chat` has them)."""
+    model = str(entry["model"])
+    return [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--served-model-name",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--tensor-parallel-size",
+        str(int(entry.get("tensor_parallel_size", 1))),
+        "--gpu-memory-utilization",
+        str(float(entry.get("gpu_memory_utilization", 0.9))),
+        "--max-model-len",
+        str(int(entry.get("max_model_len", 8192))),
+        "--dtype",
+        str(entry.get("dtype", "auto")),
+        "--generation-config",
+        "vllm",
+        "--seed",
+        str(int(seed)),
+        "--enable-prefix-caching",
+    ]
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a server log, joined into one line."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text.splitlines()[-lines:] if line.strip())
+
+
+def start_server(
+    name: str,
+    entry: Mapping[str, Any],
+    gpus: list[str],
+    log_path: Path,
+    seed: int,
+    environ: Mapping[str, str] | None = None,
+) -> Server:
+    """Start one server in a session of its own (so its workers stop with it), output into `log_path`."""
+    port = free_port()
+    env = {**(os.environ if environ is None else environ), "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = server_command(entry, port, seed)
+    with open(log_path, "w", encoding="utf-8") as handle:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    log.info(
+        "%s: vLLM server pid %d on port %d, GPUs %s; log %s",
+        name,
+        process.pid,
+        port,
+        env["CUDA_VISIBLE_DEVICES"],
+        log_path,
+    )
+    return Server(name, port, gpus, log_path, process)
+
+
+def wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S, poll_s: float = POLL_S) -> None:
+    """Block until the server answers GET /health; a server that exits or stays silent is one error line."""
+    url = server.base_url.removesuffix("/v1") + "/health"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = server.process.poll()
+        if status is not None:
+            tail = log_tail(server.log_path)
+            raise StressprobeError(
+                f"models.{server.name}: the vLLM server exited with status {status} before answering; "
+                f"see {server.log_path}" + (f": {tail}" if tail else "")
+            )
+        try:
+            if httpx.get(url, timeout=poll_s).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() >= deadline:
+            raise StressprobeError(
+                f"models.{server.name}: the vLLM server did not answer {url} within {timeout_s:g} s; "
+                f"see {server.log_path}"
+            )
+        time.sleep(poll_s)
+
+
+def stop_servers(servers: list[Server], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to every server's process group, then SIGKILL to those still running after `grace_s`."""
+    for server in servers:
+        _signal_group(server.process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for server in servers:
+        try:
+            server.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s: the vLLM server ignored SIGTERM for %g s; killing it", server.name, grace_s)
+            _signal_group(server.process, signal.SIGKILL)
+            server.process.wait()
+    # Workers of a server that exited first may still hold GPU memory.
+    for server in servers:
+        _signal_group(server.process, signal.SIGKILL)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def served_entries(
+    models: Mapping[str, Mapping[str, Any]], servers: list[Server]
+) -> dict[str, dict[str, Any]]:
+    """The registry `models` with each served model's entry pointing at its server."""
+    urls = {server.name: server.base_url for server in servers}
+    return {
+        name: {**entry, SERVED_URL_KEY: urls[name]} if name in urls else dict(entry)
+        for name, entry in models.items()
+    }
+
+
+@contextlib.contextmanager
+def serve_models(
+    models: Mapping[str, Mapping[str, Any]],
+    served: list[str],
+    log_prefix: str | os.PathLike,
+    seed: int,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    grace_s: float = GRACE_S,
+    environ: Mapping[str, str] | None = None,
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """Serve the models named in `served` (all started before any is waited for: they load in parallel);
+    yields `models` with those entries pointing at their servers. Server logs: `<log_prefix>.<model>.server.log`.
+    """
+    wanted = {name: models[name] for name in served}
+    with _sigterm_as_exit():
+        gpus = job_gpus(sum(int(entry.get("gpus", 1)) for entry in wanted.values()), environ)
+        slices = assign_gpus(wanted, gpus)
+        servers: list[Server] = []
+        try:
+            for name in served:
+                log_path = Path(f"{log_prefix}.{name}.server.log")
+                servers.append(start_server(name, models[name], slices[name], log_path, seed, environ))
+            for server in servers:
+                wait_ready(server, ready_timeout_s)
+                log.info("%s: the vLLM server answers at %s", server.name, server.base_url)
+            yield served_entries(models, servers)
+        finally:
+            stop_servers(servers, grace_s)
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (Snakemake cancelling the job, a scheduler's time limit) raises SystemExit, so the servers,
+    which run in sessions of their own, are stopped on the way out instead of outliving the job."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

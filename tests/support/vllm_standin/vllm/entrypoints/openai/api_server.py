@@ -1,0 +1,75 @@
+"""Stand-in for vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`, what
+`vllm serve` runs): parses the flags stressprobe.llm.serving passes (an unknown one fails, as it would in
+vLLM), records a `load` event in STRESSPROBE_VLLM_STANDIN_LOG (with the GPUs it was given) and serves
+`/health`, `/v1/models` and `/v1/chat/completions` (tests/support/openai_server.py) with the in-process
+stand-in's answers, logging a `chat` event per request. Test switches: STRESSPROBE_VLLM_STANDIN_EXIT=<status>
+exits at once after a message (a server that fails to load); STRESSPROBE_VLLM_STANDIN_DELAY_S waits before
+listening (a slow load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+# The repository root, for tests.support.openai_server (the job's PYTHONPATH need not have it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[6]))
+
+from tests.support.openai_server import OpenAIServer  # noqa: E402
+from vllm import answer, record  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="vllm.entrypoints.openai.api_server")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--served-model-name", nargs="+")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--enable-prefix-caching", action="store_true")
+    parser.add_argument("--generation-config", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    status = os.environ.get("STRESSPROBE_VLLM_STANDIN_EXIT")
+    if status:
+        print(f"RuntimeError: stand-in failed to load {args.model}", file=sys.stderr, flush=True)
+        sys.exit(int(status))
+    time.sleep(float(os.environ.get("STRESSPROBE_VLLM_STANDIN_DELAY_S", "0")))
+    names = tuple(args.served_model_name or [args.model])
+    record(
+        {
+            "event": "load",
+            "model": args.model,
+            "served": True,
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "generation_config": args.generation_config,
+        }
+    )
+
+    def respond(body: dict, index: int) -> str:
+        if index == 0:
+            record({"event": "chat", "model": args.model, "requests": 1, "served": True})
+        return answer(body["messages"])[0]
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with OpenAIServer(responder=respond, model_ids=names, port=args.port):
+        print(f"stand-in vLLM server for {args.model} on {args.host}:{args.port}", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()
