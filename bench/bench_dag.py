@@ -123,6 +123,8 @@ def vllm_loads(jobs: list[tuple[str, dict[str, str]]], config: dict) -> Counter:
             named.add(cdv.get("semantic_model") or wildcards.get("victim"))
         if rule == "cdv_vllm_served":
             named |= set(wildcards.get("served", "").split())
+        if rule == "cdv_classifier":  # across datasets: its prompt-based classifiers
+            named |= set(cdv.get("classifier", {}).get("prompt_models", []))
         if rule == "cdv_baselines":
             named.add(cdv.get("baseline_model") or wildcards.get("proxy"))
         for name in named:

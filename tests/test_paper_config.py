@@ -126,6 +126,18 @@ def test_the_served_cdv_job_asks_for_the_gpus_of_all_its_models(paper, workdir):
     assert int(resources["mem_mb"]) == paper["resources"]["llm_gpu"]["mem_mb"]
 
 
+def test_the_classifier_job_is_a_gpu_job_when_a_prompt_classifier_runs_on_vllm(paper, workdir):
+    proc, _, _ = dry_run(workdir, "results/cdv/classifier/metrics.json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    resources = resources_of(proc.stdout + proc.stderr, "cdv_classifier")
+    models = paper["models"]
+    vllm = [m for m in paper["cdv"]["classifier"]["prompt_models"] if models[m]["backend"] == "vllm"]
+    assert vllm  # the study's prompt-based classifiers include open models
+    # They load one after another: the largest decides the GPUs.
+    assert int(resources["gpu"]) == max(models[m]["gpus"] for m in vllm) == 4
+    assert int(resources["mem_mb"]) == paper["resources"]["llm_gpu"]["mem_mb"]
+
+
 @pytest.mark.parametrize("model", ["llama-3.1-70b", "qwen2.5-7b", "gpt-4o"])
 def test_vllm_cells_ask_for_the_models_gpus(paper, workdir, model):
     target = f"results/judging/dl20/judgments/{model}/baseline/umbrela.jsonl"

@@ -236,9 +236,10 @@ rule cdv_classifier:
     benchmark:
         "results/benchmarks/cdv/classifier.tsv"
     conda:
-        "../../envs/llm-cpu.yaml"
+        llm_env(cdv_classifier_models)
+    threads: llm_threads(cdv_classifier_models)
     resources:
-        **config["resources"]["embedding"],
+        **cdv_classifier_resources(),
     params:
         classifier=config["cdv"]["classifier"],
         models=cdv_models_of(cdv_classifier_roles()),

@@ -161,7 +161,7 @@ def llm_env(models):
 
 def llm_threads(models):
     """CPU threads: llama.cpp's `n_threads` of the hungriest model, one otherwise."""
-    return lambda w: max(map(_threads, models(w)))
+    return lambda w: max(map(_threads, models(w)), default=1)
 
 
 def llm_resources(models, gpus=max):

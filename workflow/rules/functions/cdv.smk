@@ -270,6 +270,18 @@ def cdv_classifier_roles():
     return sorted(names)
 
 
+def cdv_classifier_models(wildcards):
+    return cdv_classifier_roles()
+
+
+def cdv_classifier_resources():
+    """The classifier embeds questions and asks its prompt models, one after another: a GPU job sized for the
+    largest when one of them runs on vllm, an embedding job otherwise."""
+    if any(map(is_vllm, cdv_classifier_roles())):
+        return llm_resources(cdv_classifier_models)
+    return config["resources"]["embedding"]
+
+
 def cdv_label_cells():
     """(dataset, proxy, victim) of the cells whose searches label the classifier's questions."""
     chosen = {
