@@ -36,7 +36,8 @@ def run_search(workdir: Path, cores: int) -> dict:
     (workdir / "all_questions.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     cell = config["cdv"]["cells"][0]
     targets = [
-        f"results/cdv/{name}/{cell['proxy']}/{cell['victim']}/search.jsonl" for name in config["cdv"]["datasets"]
+        f"results/cdv/{name}/{cell['proxy']}/{cell['victim']}/search.jsonl"
+        for name in config["cdv"]["datasets"]
     ]
     cmd = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "Snakefile")]
     cmd += ["--directory", str(workdir), "--configfile", str(workdir / "all_questions.yaml")]
