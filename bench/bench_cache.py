@@ -25,6 +25,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
 from stressprobe.cost import CacheView, estimate_cell
@@ -231,11 +232,8 @@ def main() -> None:
         cell_keys = [cache_key(backend.identity, r) for r in requests]
 
         def new_lookups(keys):
-            cache = ResponseCache(cache_dir, read_only=True)
-            try:
+            with closing(ResponseCache(cache_dir, read_only=True)) as cache:
                 return cache.contains_many(keys)
-            finally:
-                cache.close()
 
         found = timed("  its cache part: open + which of the grid's keys are cached", new_lookups, all_keys)
         assert len(found) == total
@@ -250,18 +248,12 @@ def main() -> None:
         if reference is not None and reference.is_file():
 
             def old_lookups(keys):
-                db = sqlite3.connect(reference)
-                try:
+                with closing(sqlite3.connect(reference)) as db:
                     return old_get_many(db, keys)
-                finally:
-                    db.close()
 
             def new_get_many(keys):
-                cache = ResponseCache(cache_dir, read_only=True)
-                try:
+                with closing(ResponseCache(cache_dir, read_only=True)) as cache:
                     return cache.get_many(keys)
-                finally:
-                    cache.close()
 
             rows_out.clear()
             old_cell = timed("old", old_lookups, cell_keys)

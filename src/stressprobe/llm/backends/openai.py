@@ -69,14 +69,23 @@ def preflight(name: str, base_url: str, api_key: str) -> None:
         )
 
 
-def connect(name: str, entry: dict[str, Any]) -> tuple[str, str]:
-    """The endpoint and API key of a model entry, once the server has answered (synchronous and batch)."""
+def connect(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """What the synchronous and the batch backend are both built with: identity, model, endpoint, key
+    (once the server has answered), timeout, retries and extra request fields."""
     if not entry.get("model"):
         raise StressprobeError(f"config models.{name}.model: missing; give the model id the API expects")
     api_key = read_api_key(name, entry)
     base_url = entry.get("base_url") or OPENAI_BASE_URL
     preflight(name, base_url, api_key)
-    return base_url, api_key
+    return {
+        "identity": backend_identity(name, entry),
+        "model": entry["model"],
+        "base_url": base_url,
+        "api_key": api_key,
+        "timeout_s": float(entry.get("timeout_s", 60)),
+        "max_retries": int(entry.get("max_retries", 6)),
+        "extra": extra_body(name, entry),
+    }
 
 
 def open_backend(name: str, entry: dict[str, Any]) -> Backend:
@@ -85,18 +94,11 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
         from stressprobe.llm.backends import openai_batch
 
         return openai_batch.open_backend(name, entry)
-    base_url, api_key = connect(name, entry)
     return OpenAIBackend(
         name,
-        backend_identity(name, entry),
-        model=entry["model"],
-        base_url=base_url,
-        api_key=api_key,
+        **connect(name, entry),
         concurrency=int(entry.get("concurrency", 16)),
-        timeout_s=float(entry.get("timeout_s", 60)),
-        max_retries=int(entry.get("max_retries", 6)),
         backoff_s=float(entry.get("backoff_s", 1.0)),
-        extra=extra_body(name, entry),
         api=api_settings(entry),
     )
 

@@ -28,13 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from stressprobe.io import write_json
-from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai import (
     RETRYABLE_STATUS,
     chat_arguments,
     connect,
-    extra_body,
     parse_completion,
     redact,
 )
@@ -86,19 +84,12 @@ def retryable(status: int | None) -> bool:
 
 def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBatchBackend:
     """Read the key, check the server answers, and build the backend."""
-    base_url, api_key = connect(name, entry)
     return OpenAIBatchBackend(
         name,
-        backend_identity(name, entry),
-        model=entry["model"],
-        base_url=base_url,
-        api_key=api_key,
-        timeout_s=float(entry.get("timeout_s", 60)),
-        max_retries=int(entry.get("max_retries", 6)),
+        **connect(name, entry),
         poll_s=float(entry.get("batch_poll_s", 30.0)),
         max_requests=int(entry.get("batch_max_requests", MAX_REQUESTS)),
         max_bytes=int(entry.get("batch_max_bytes", MAX_BYTES)),
-        extra=extra_body(name, entry),
     )
 
 
