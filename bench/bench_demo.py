@@ -59,14 +59,14 @@ def cached_requests(cache_dir: Path) -> list[tuple[dict, dict, dict]]:
 
 
 def gguf_file(identity: dict, models: dict) -> tuple[Path, dict]:
-    """The GGUF file and registry entry of a cached model identity, found through the demo config."""
-    from stressprobe.llm.backends.llamacpp import gguf_path
+    """The GGUF file the demo's jobs load (converted, if the entry says so) and the registry entry of a cached
+    model identity, found through the demo config."""
+    from stressprobe.llm.backends import backend_identity
+    from stressprobe.llm.backends.llamacpp import runtime_gguf
 
     for name, entry in models.items():
-        if entry.get("backend") == "llamacpp":
-            path = gguf_path(name, entry)
-            if path.name == identity.get("gguf"):
-                return path, entry
+        if entry.get("backend") == "llamacpp" and backend_identity(name, entry) == identity:
+            return runtime_gguf(name, entry), entry
     raise SystemExit(f"no llamacpp model of the config matches {identity}")
 
 
@@ -86,7 +86,12 @@ def bare_loop(requests: list[tuple[dict, dict, dict]], models: dict) -> tuple[fl
             # the model settings the demo's jobs use (the schema's defaults where the config is silent)
             n_ctx, n_threads = int(entry.get("n_ctx", 2048)), int(entry.get("n_threads", 2))
             llm = llama_cpp.Llama(
-                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False, seed=0
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_threads=n_threads,
+                flash_attn=bool(entry.get("flash_attn", False)),
+                verbose=False,
+                seed=0,
             )
             llms[str(path)] = llm
             formatters[str(path)] = llama_cpp.llama_chat_format.Jinja2ChatFormatter(

@@ -11,6 +11,7 @@ temperature 0 on their own freshly loaded model (load time is not counted):
 
     python -m bench.bench_llm [--shuffle] [--rounds 2] [--prompts 100]
     python -m bench.bench_llm --extra-buffers [--prompts 30]
+    python -m bench.bench_llm --convert [--prompts 30]
 
 `--shuffle` gives both sides the prompts in a random order (as when conditions are mixed), where prefix
 ordering has more to win. The sides alternate over `--rounds` (ABBA), and the load average is printed:
@@ -19,6 +20,9 @@ on a shared machine the rates move with it.
 `--extra-buffers` instead measures what the safe path costs: the bare loop with llama.cpp's extra buffer
 types (AMX, weight repacking; the default) against the same loop without them (`extra_buffers: off`,
 what `auto` picks where the CPU advertises AMX but a probe child dies running it).
+
+`--convert` measures what the demo's model settings buy: the bare loop on the file as shipped (Q4_1) against
+the same weights converted to F16 with flash attention (`convert: f16`, `flash_attn: true`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from stressprobe.llm import Request, open_client
-from stressprobe.llm.backends.llamacpp import model_params_override, resolve_package_file
+from stressprobe.llm.backends.llamacpp import model_params_override, runtime_gguf
 from stressprobe.persona.prompts import judge_prompt, load_template
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,19 +69,23 @@ def umbrela_requests(queries: int = 10, passages: int = 10) -> list[Request]:
     ]
 
 
-def bare_loop(requests: list[Request], overrides: dict | None = None) -> tuple[float, list[str]]:
+def bare_loop(
+    requests: list[Request], overrides: dict | None = None, settings: dict | None = None
+) -> tuple[float, list[str]]:
     """calls/s and texts of a plain create_chat_completion loop in the given order.
 
-    `overrides`: llama model parameters set before loading (e.g. `{"use_extra_bufts": False}`).
+    `overrides`: llama model parameters set before loading (e.g. `{"use_extra_bufts": False}`);
+    `settings`: registry settings on top of the model's entry (e.g. `{"convert": "f16"}`).
     """
     import llama_cpp
 
-    entry = MODELS[MODEL]
+    entry = {**MODELS[MODEL], **(settings or {})}
     with model_params_override(overrides or {}):
         llm = llama_cpp.Llama(
-            model_path=str(resolve_package_file(GGUF, "bench")),
+            model_path=str(runtime_gguf(MODEL, entry)),
             n_ctx=entry["n_ctx"],
             n_threads=entry["n_threads"],
+            flash_attn=entry.get("flash_attn", False),
             verbose=False,
             seed=0,
         )
@@ -103,23 +111,30 @@ def layer_pass(requests: list[Request], cache: Path) -> tuple[float, list[str], 
         return rate, [r.text for r in responses], client.usage.calls_made, client.usage.cache_hits
 
 
-def extra_buffers_cost(requests: list[Request], rounds: int) -> None:
-    """The bare loop with extra buffer types (default) vs without them, ABBA; prints the ratio off / on."""
+# Side-by-side comparisons of the bare loop: label -> (llama model parameter overrides, registry settings).
+COMPARISONS = {
+    "extra_buffers": {"on": ({}, {}), "off": ({"use_extra_bufts": False}, {})},
+    "convert": {"Q4_1": ({}, {}), "f16+fa": ({}, {"convert": "f16", "flash_attn": True})},
+}
+
+
+def compare_sides(requests: list[Request], rounds: int, sides: dict[str, tuple[dict, dict]]) -> None:
+    """The bare loop under two settings, ABBA; prints each pass and the ratio second / first."""
     print(f"{len(requests)} UMBRELA prompts, {MODEL}, max_tokens {MAX_TOKENS}, temperature 0, bare loop")
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.1f}")
-    sides = {"on": {}, "off": {"use_extra_bufts": False}}
-    rates: dict[str, list[float]] = {"on": [], "off": []}
+    first, second = sides
+    rates: dict[str, list[float]] = {first: [], second: []}
     texts: dict[str, list[str]] = {}
     for round_ in range(rounds):
-        for side in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
-            rate, texts[side] = bare_loop(requests, sides[side])
+        for side in (first, second) if round_ % 2 == 0 else (second, first):
+            rate, texts[side] = bare_loop(requests, *sides[side])
             rates[side].append(rate)
-            print(f"extra buffer types {side:<4}{rate:>10.3g} calls/s", flush=True)
+            print(f"{side:<10}{rate:>10.3g} calls/s", flush=True)
     print(f"load average (1 min) at end: {os.getloadavg()[0]:.1f}")
-    on, off = (len(rates[s]) / sum(1 / r for r in rates[s]) for s in ("on", "off"))
-    print(f"ratio off / on over {rounds} rounds: {off:.3g} / {on:.3g} = {off / on:.2f}")
-    same = sum(a == b for a, b in zip(texts["on"], texts["off"], strict=True))
-    print(f"same text with and without: {same}/{len(requests)}")
+    one, two = (len(rates[s]) / sum(1 / r for r in rates[s]) for s in (first, second))
+    print(f"ratio {second} / {first} over {rounds} rounds: {two:.3g} / {one:.3g} = {two / one:.2f}")
+    same = sum(a == b for a, b in zip(texts[first], texts[second], strict=True))
+    print(f"same text on both sides: {same}/{len(requests)}")
 
 
 def main() -> None:
@@ -130,11 +145,15 @@ def main() -> None:
     parser.add_argument(
         "--extra-buffers", action="store_true", help="extra buffer types on vs off (bare loop) instead"
     )
+    parser.add_argument(
+        "--convert", action="store_true", help="Q4_1 as shipped vs F16 + flash attention (bare loop) instead"
+    )
     args = parser.parse_args()
     requests = umbrela_requests()[: args.prompts]
-    if args.extra_buffers:
-        extra_buffers_cost(requests, args.rounds)
-        return
+    for name in ("extra_buffers", "convert"):
+        if getattr(args, name):
+            compare_sides(requests, args.rounds, COMPARISONS[name])
+            return
     if args.shuffle:
         random.Random(0).shuffle(requests)
     order = "shuffled" if args.shuffle else "natural (qid, docid)"

@@ -115,3 +115,23 @@ def test_real_sets_load(name):
     assert len(questions) == 100
     if name == "TruthfulQA":  # the source lists the correct answer first; shuffled it must not stay there
         assert sum(q["answer_index"] == 0 for q in questions) < 60
+
+
+def test_editing_a_local_question_file_prepares_its_dataset_again(tmp_path):
+    import yaml
+
+    from tests.support.helpers import TINY_CONFIG, make_workdir, run_snakemake
+
+    workdir = make_workdir(tmp_path / "work")
+    questions = write(tmp_path, "set.json", ITEMS)
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config["cdv"]["datasets"] = {"OpenbookQA": {"path": str(questions), "n": 2}}
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    target = "results/cdv/data/OpenbookQA.jsonl"
+    run_snakemake(workdir, target, configfile=configfile)
+    unchanged = run_snakemake(workdir, "-n", target, configfile=configfile)
+    assert "Nothing to be done" in unchanged.stdout + unchanged.stderr
+    write(tmp_path, "set.json", [*ITEMS, {**ITEMS[0], "question": "A new question?"}])
+    again = run_snakemake(workdir, "-n", target, configfile=configfile)
+    assert "rule cdv_prepare:" in again.stdout + again.stderr

@@ -1,5 +1,7 @@
 """Embedding model location, one-time extraction, normalisation, and the shipped all-MiniLM-L6-v2."""
 
+import importlib.util
+import json
 import sys
 import zipfile
 
@@ -8,9 +10,11 @@ import pytest
 
 from stressprobe.embedding import (
     Embedder,
+    MeanPoolingModel,
     extract_once,
     load_embedder,
     load_vectors,
+    mean_pooling_max_length,
     resolve_model_dir,
     save_vectors,
 )
@@ -104,3 +108,134 @@ def test_shipped_minilm_embeds_offline():
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     similarities = vectors @ vectors.T
     assert similarities[0, 1] > similarities[0, 2]
+
+
+ST = "sentence_transformers.models."
+MEAN_POOLING = {
+    "word_embedding_dimension": 4,
+    "pooling_mode_cls_token": False,
+    "pooling_mode_mean_tokens": True,
+}
+
+
+def write_model_configs(folder, changes):
+    """A folder holding only the JSON configs of a mean-pooling BERT model, with `changes` ({file: content})."""
+    configs = {
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": f"{ST}Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": f"{ST}Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": f"{ST}Normalize"},
+        ],
+        "1_Pooling/config.json": MEAN_POOLING,
+        "sentence_bert_config.json": {"max_seq_length": 128, "do_lower_case": False},
+        "config_sentence_transformers.json": {"__version__": {}, "prompts": {}, "default_prompt_name": None},
+        "config.json": {"model_type": "bert"},
+        **changes,
+    }
+    for name, content in configs.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(json.dumps(content))
+    return folder
+
+
+def test_mean_pooling_bert_takes_the_fast_path(tmp_path):
+    assert mean_pooling_max_length(write_model_configs(tmp_path, {})) == 128
+    without_normalize = {"modules.json": json.loads((tmp_path / "modules.json").read_text())[:2]}
+    assert mean_pooling_max_length(write_model_configs(tmp_path, without_normalize)) == 128
+
+
+NOT_EXACT = {  # changes to the mean-pooling folder that sentence-transformers computes differently
+    "mean-and-cls": {"1_Pooling/config.json": {**MEAN_POOLING, "pooling_mode_cls_token": True}},
+    "cls": {
+        "1_Pooling/config.json": {
+            **MEAN_POOLING,
+            "pooling_mode_mean_tokens": False,
+            "pooling_mode_cls_token": True,
+        }
+    },
+    "pooling-mode-key": {"1_Pooling/config.json": {"word_embedding_dimension": 4, "pooling_mode": "mean"}},
+    "lower-case": {"sentence_bert_config.json": {"max_seq_length": 128, "do_lower_case": True}},
+    "no-max-length": {"sentence_bert_config.json": {"do_lower_case": False}},
+    "other-transformer-setting": {
+        "sentence_bert_config.json": {"max_seq_length": 128, "transformer_task": "x"}
+    },
+    "default-prompt": {
+        "config_sentence_transformers.json": {"prompts": {"q": "q: "}, "default_prompt_name": "q"}
+    },
+    "truncate-dim": {"config_sentence_transformers.json": {"truncate_dim": 2}},
+    "not-bert": {"config.json": {"model_type": "t5"}},
+    "adapter": {"adapter_config.json": {}},
+    "dense": {
+        "modules.json": [
+            {"path": "", "type": f"{ST}Transformer"},
+            {"path": "1_Pooling", "type": f"{ST}Pooling"},
+            {"path": "2_Dense", "type": f"{ST}Dense"},
+        ]
+    },
+    "transformer-in-subfolder": {
+        "modules.json": [
+            {"path": "0_Transformer", "type": f"{ST}Transformer"},
+            {"path": "1_Pooling", "type": f"{ST}Pooling"},
+        ]
+    },
+}
+
+
+@pytest.mark.parametrize("changes", NOT_EXACT.values(), ids=NOT_EXACT.keys())
+def test_any_other_pipeline_falls_back_to_sentence_transformers(tmp_path, changes):
+    assert mean_pooling_max_length(write_model_configs(tmp_path, changes)) is None
+
+
+@pytest.fixture(scope="module")
+def minilm_folder():
+    if importlib.util.find_spec("all_minilm_l6_v2") is None:
+        pytest.skip("the all_minilm_l6_v2 package (the default embedding model) is not installed")
+    return resolve_model_dir("package:all_minilm_l6_v2/model.zip")
+
+
+def sentence_transformer_vectors(folder, texts):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(folder), device="cpu").encode(
+        texts, batch_size=2, normalize_embeddings=True
+    )
+
+
+@pytest.mark.slow
+def test_fast_path_gives_sentence_transformers_vectors(minilm_folder):
+    embedder = load_embedder(str(minilm_folder), batch_size=2)
+    assert isinstance(embedder.model, MeanPoolingModel)
+    long_text = " ".join(f"term{i}" for i in range(120))  # ~320 tokens
+    assert len(embedder.model.tokenizer(long_text).input_ids) > embedder.model.max_length
+    # batches of 2 mix lengths, so padding is masked out of the mean
+    texts = [
+        "a doctor",
+        "medicine and health care for the elderly in rural areas",
+        "",
+        long_text,
+        "Fußball ⚽",
+    ]
+    vectors = embedder.embed(texts)
+    assert vectors.dtype == np.float32
+    assert np.abs(vectors - sentence_transformer_vectors(minilm_folder, texts)).max() < 1e-5
+    assert embedder.embed([]).shape == (0, 384)
+
+
+@pytest.mark.slow
+def test_cls_pooling_goes_through_sentence_transformers(minilm_folder, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    for item in minilm_folder.iterdir():
+        if item.name != "1_Pooling":
+            (tmp_path / item.name).symlink_to(item)
+    pooling = json.loads((minilm_folder / "1_Pooling" / "config.json").read_text())
+    (tmp_path / "1_Pooling").mkdir()
+    cls = {**pooling, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(cls))
+    embedder = load_embedder(str(tmp_path), batch_size=2)
+    assert isinstance(embedder.model, SentenceTransformer)
+    texts = ["a doctor treating patients", "football match results"]
+    vectors = embedder.embed(texts)
+    assert np.abs(vectors - sentence_transformer_vectors(tmp_path, texts)).max() < 1e-5
+    mean = load_embedder(str(minilm_folder)).embed(texts)
+    assert np.abs(vectors - mean).max() > 1e-2  # the edited pooling is in effect

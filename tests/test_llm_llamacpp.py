@@ -185,3 +185,36 @@ def test_auto_on_a_cpu_that_advertises_amx_but_traps_it_loads_without_extra_buff
         "extra buffer types off (the CPU advertises amx_int8, amx_tile but the probe died from SIGILL)"
         in (caplog.text)
     )
+
+
+def test_convert_loads_the_same_weights_in_f16_converted_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    request = Request.chat(user="Rate 'cat' for 'kitten' from 0 to 3.", max_tokens=6, logprobs=5)
+    first_tokens, identities = {}, {}
+    for setting in ({}, {"convert": "f16"}, {"convert": "f16", "flash_attn": True}):
+        entry = {**MODELS["smollm2-135m"], **setting}
+        with open_client({"m": entry}, "m", tmp_path / f"{len(setting)}.sqlite") as client:
+            file_type = client.backend.llm.metadata["general.file_type"]
+            (answer,) = client.generate([request])
+        assert answer.error is None and answer.completion_tokens > 0
+        assert file_type == ("1" if setting else "3")  # llama_ftype: MOSTLY_F16 / MOSTLY_Q4_1
+        first_tokens[len(setting)], identities[len(setting)] = answer.top_logprobs[0], client.backend.identity
+    converted = list((tmp_path / "stressprobe" / "gguf").iterdir())
+    assert [p.suffix for p in converted] == [".gguf"]  # one file for both entries, no temporary left over
+    # What changes the numbers is in the cache key; the file's location is not.
+    assert identities[1] == {**identities[0], "convert": "f16"}
+    assert identities[2] == {**identities[0], "convert": "f16", "flash_attn": True}
+    # Same weights, other kernels: the first token's distribution agrees with the Q4_1 file's.
+    reference = first_tokens[0]
+    top = max(reference, key=reference.get)
+    for other in (first_tokens[1], first_tokens[2]):
+        assert max(other, key=other.get) == top
+        assert abs(other[top] - reference[top]) < 0.1
+
+
+def test_a_file_llama_cpp_cannot_convert_is_one_error_naming_it(tmp_path):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("not a model")
+    with pytest.raises(StressprobeError, match=r"could not convert .*notes\.gguf to f16 \(exit 1\): .*magic"):
+        llamacpp.converted_gguf(bad, "f16", tmp_path / "cache")
+    assert list((tmp_path / "cache").iterdir()) == []

@@ -232,3 +232,28 @@ def test_cost_experiment_searches_selected_and_random_questions(workdir):
         assert f"results/cdv/data/MMLU.{selection}.jsonl" in out
         assert f"results/cdv/MMLU.{selection}/gpt-4o-mini/gpt-4o-mini/search.summary.json" in out
     assert "results/cdv/classifier/pool.jsonl" in out
+
+
+def threads_of(output: str, rule: str) -> int:
+    """A dry-run job's threads (Snakemake prints the line only above 1)."""
+    block = re.search(rf"^rule {rule}:\n((?:    .*\n)*)", output, re.M)
+    assert block, output[-3000:]
+    line = re.search(r"^    threads: (\d+)$", block.group(1), re.M)
+    return int(line.group(1)) if line else 1
+
+
+def test_embedding_jobs_take_the_configured_threads(paper, workdir, tmp_path):
+    # The paper embeds large persona pools on every core it is given; the demo's pools are small, so its
+    # embedding jobs (library imports, mostly) take one core each and run two at a time.
+    demo = yaml.safe_load((ROOT / "config" / "config.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "resources").symlink_to(ROOT / "resources")
+    target = "results/judging/{}/personas/personahub.jsonl"
+    for config, expected, where in (
+        (PAPER_CONFIG, paper["embedding"]["threads"], workdir),
+        (ROOT / "config" / "config.yaml", demo["embedding"]["threads"], tmp_path),
+    ):
+        dataset = next(iter(yaml.safe_load(config.read_text(encoding="utf-8"))["judging"]["datasets"]))
+        proc, _, _ = dry_run(where, target.format(dataset), "--cores", "8", config_path=config)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert threads_of(proc.stdout + proc.stderr, "select_personas") == expected
+    assert (paper["embedding"]["threads"], demo["embedding"]["threads"]) == (2, 1)

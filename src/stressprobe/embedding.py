@@ -3,11 +3,17 @@
 `package:<module>/<file>` locates a file shipped in an installed package without importing it (the
 default model's package prints on import). A zip is extracted once into a cache directory; nothing is
 downloaded (`HF_HUB_OFFLINE=1`).
+
+A folder whose sentence-transformers pipeline is a BERT encoder followed by mean pooling (the default
+model's) is run with `transformers` directly: importing `sentence_transformers` costs ~7 s per process
+(scikit-learn, scipy, ...) and every embedding job is a fresh process (issue 11). Any other pipeline goes
+through `SentenceTransformer`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -25,6 +31,14 @@ from stressprobe.io import PACKAGE_PREFIX, atomic_target, package_file
 log = logging.getLogger(__name__)
 
 MODEL_MARKERS = ("modules.json", "config_sentence_transformers.json", "config.json")
+ST_MODULES = "sentence_transformers.models."
+# Normalize changes nothing here: the Embedder scales every row to unit length anyway.
+MEAN_POOLING_PIPELINES = (
+    [f"{ST_MODULES}Transformer", f"{ST_MODULES}Pooling"],
+    [f"{ST_MODULES}Transformer", f"{ST_MODULES}Pooling", f"{ST_MODULES}Normalize"],
+)
+# config_sentence_transformers.json keys that `encode` without a prompt name ignores; any other key must be null.
+INERT_ST_SETTINGS = {"__version__", "prompts", "similarity_fn_name", "model_type"}
 
 
 def default_cache_dir() -> Path:
@@ -88,6 +102,88 @@ def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> Path:
     return model_folder(path)
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file's content, or None where the file does not exist."""
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def is_mean_pooling(pooling: dict[str, Any]) -> bool:
+    """Whether a Pooling config (`pooling_mode_*` flags) averages the token embeddings and does nothing else."""
+    flags = {key: value for key, value in pooling.items() if key != "word_embedding_dimension"}
+    active = {key: value for key, value in flags.items() if value is not False}
+    mean_only = active == {"pooling_mode_mean_tokens": True}
+    return mean_only and all(key.startswith("pooling_mode_") for key in flags)
+
+
+def mean_pooling_max_length(folder: Path) -> int | None:
+    """The token limit of a folder that `MeanPoolingModel` computes exactly as sentence-transformers does.
+
+    That is: modules Transformer (the folder itself) → mean Pooling (→ Normalize), a BERT encoder (other
+    architectures may be loaded differently by sentence-transformers), a `max_seq_length`, and no
+    lower-casing, default prompt, truncated dimension or adapter. None for any other folder.
+    """
+    modules = read_json(folder / "modules.json") or []
+    types = [module.get("type") for module in modules]
+    if types not in MEAN_POOLING_PIPELINES or modules[0].get("path") != "":
+        return None
+    settings = read_json(folder / "sentence_bert_config.json") or {}
+    st_settings = read_json(folder / "config_sentence_transformers.json") or {}
+    max_length = settings.get("max_seq_length")
+    exact = (
+        is_mean_pooling(read_json(folder / modules[1].get("path", "") / "config.json") or {})
+        and set(settings) <= {"max_seq_length", "do_lower_case"}
+        and settings.get("do_lower_case", False) is False
+        and isinstance(max_length, int)
+        and all(key in INERT_ST_SETTINGS or value is None for key, value in st_settings.items())
+        and (read_json(folder / "config.json") or {}).get("model_type") == "bert"
+        and not (folder / "adapter_config.json").exists()
+    )
+    return max_length if exact else None
+
+
+class MeanPoolingModel:
+    """A transformer encoder whose sentence vector is the attention-mask-weighted mean of its token vectors.
+
+    Has the two methods of `SentenceTransformer` that the Embedder calls.
+    """
+
+    def __init__(self, tokenizer: Any, encoder: Any, max_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.encoder = encoder
+        self.max_length = max_length
+
+    def get_sentence_embedding_dimension(self) -> int:
+        return self.encoder.config.hidden_size
+
+    def encode(self, texts: list[str], batch_size: int, **_: Any) -> np.ndarray:
+        """Vectors of `texts` (numpy, no progress bar: the other `SentenceTransformer.encode` options the
+        Embedder passes), `batch_size` texts per forward pass, each truncated to `max_length` tokens."""
+        import torch
+
+        pooled = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                batch = self.tokenizer(
+                    texts[start : start + batch_size],
+                    padding=True,
+                    truncation="longest_first",
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
+                tokens = self.encoder(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+                pooled.append((tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9))
+        return torch.cat(pooled).numpy()
+
+
+def load_mean_pooling_model(folder: Path, max_length: int) -> MeanPoolingModel:
+    """The folder's tokenizer and encoder, from its own files only."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    return MeanPoolingModel(tokenizer, AutoModel.from_pretrained(folder, local_files_only=True), max_length)
+
+
 class Embedder:
     """Turns texts into L2-normalised vectors (so a dot product is the cosine similarity)."""
 
@@ -119,10 +215,14 @@ def load_embedder(
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     folder = resolve_model_dir(spec, cache_dir)
     import torch  # heavy imports, only when a model is needed
-    from sentence_transformers import SentenceTransformer
 
     if threads:
         torch.set_num_threads(threads)
+    max_length = mean_pooling_max_length(folder)
+    if max_length is not None:
+        return Embedder(load_mean_pooling_model(folder, max_length), batch_size)
+    from sentence_transformers import SentenceTransformer
+
     return Embedder(SentenceTransformer(str(folder), device="cpu"), batch_size)
 
 

@@ -12,6 +12,8 @@ wildcard_constraints:
 
 
 rule cdv_prepare:
+    input:
+        unpack(cdv_source_inputs),
     output:
         CDV_QUESTIONS,
     log:

@@ -42,7 +42,7 @@ rule query_domains:
         dataset=DATASET_RE,
     conda:
         "../../envs/data.yaml"
-    threads: 2
+    threads: config["embedding"]["threads"]
     resources:
         **config["resources"]["embedding"],
     params:

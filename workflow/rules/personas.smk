@@ -18,7 +18,7 @@ rule persona_pool:
         source=PERSONA_SOURCE_RE,
     conda:
         "../../envs/data.yaml"
-    threads: 2
+    threads: config["embedding"]["threads"]
     resources:
         **config["resources"]["embedding"],
     params:
@@ -42,7 +42,7 @@ rule select_personas:
         source=PERSONA_SOURCE_RE,
     conda:
         "../../envs/data.yaml"
-    threads: 2
+    threads: config["embedding"]["threads"]
     resources:
         **config["resources"]["embedding"],
     params:
@@ -81,7 +81,7 @@ rule domain_agreement:
         "results/benchmarks/personas/domain_agreement.tsv"
     conda:
         "../../envs/data.yaml"
-    threads: 2
+    threads: config["embedding"]["threads"]
     resources:
         **config["resources"]["embedding"],
     params:

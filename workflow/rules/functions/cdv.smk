@@ -12,6 +12,12 @@ def cdv_datasets():
     return list(config["cdv"]["datasets"])
 
 
+def cdv_source_inputs(wildcards):
+    """A local question file is an input, so that editing it prepares the dataset again."""
+    path = config["cdv"]["datasets"][wildcards.dataset].get("path")
+    return {"questions": path} if path else {}
+
+
 def cdv_cell_specs():
     """(proxy, victim) -> n, eval_models and experiments, from `cdv.cells` and `cdv.experiments`."""
     return _cdv_experiments.cell_specs(config["cdv"])

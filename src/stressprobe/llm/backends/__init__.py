@@ -31,9 +31,9 @@ def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     The one definition: backends take it from here, and the cost estimate computes the same keys with it.
     """
     if entry.get("backend") == "llamacpp":
-        from stressprobe.llm.backends.llamacpp import gguf_identity, gguf_path
+        from stressprobe.llm.backends.llamacpp import llamacpp_identity
 
-        return gguf_identity(gguf_path(name, entry))
+        return llamacpp_identity(name, entry)
     identity = {"backend": entry["backend"], "model": entry["model"]}
     if entry.get("extra_body"):
         # Server-side sampling fields change the answers (absent when empty: older keys stay valid).

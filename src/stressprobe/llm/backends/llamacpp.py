@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import platform
+import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,83 @@ def truncate_at_stop(text: str, stop: tuple[str, ...]) -> str:
 def gguf_identity(path: Path) -> dict[str, Any]:
     """The model's identity in cache keys: file name and size, not its location on this machine."""
     return {"backend": "llamacpp", "gguf": path.name, "size": path.stat().st_size}
+
+
+# Settings that change the numbers llama.cpp computes, hence the answers: part of the identity when set
+# (absent when off, so keys written before they existed stay valid).
+NUMERIC_SETTINGS = ("convert", "flash_attn")
+
+
+def llamacpp_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The registry entry's identity: its GGUF file and the settings that change the numbers."""
+    identity = gguf_identity(gguf_path(name, entry))
+    identity.update({key: entry[key] for key in NUMERIC_SETTINGS if entry.get(key)})
+    return identity
+
+
+# `convert` targets: llama.cpp's own file types (llama_ftype).
+CONVERT_FTYPES = {
+    "f32": "LLAMA_FTYPE_ALL_F32",
+    "f16": "LLAMA_FTYPE_MOSTLY_F16",
+    "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+}
+
+
+def converted_dir() -> Path:
+    """Where converted GGUF files live: `$XDG_CACHE_HOME/stressprobe/gguf` (default `~/.cache/...`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stressprobe" / "gguf"
+
+
+# A child process converts, so that llama.cpp's log (a line per tensor, on the C stderr) stays out of the job's
+# terminal and reaches the error message when the conversion fails.
+CONVERT_CODE = """
+import ctypes, sys, llama_cpp
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = getattr(llama_cpp, sys.argv[3])
+params.allow_requantize = True  # the source may be quantised already (e.g. Q4_1 -> F16)
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(params)))
+"""
+
+
+def converted_gguf(path: Path, target: str, cache_dir: Path | None = None) -> Path:
+    """`path` with its weights rewritten as `target` by llama.cpp's own quantize routine, once per file and build.
+
+    Why: llama.cpp has no fast batched matrix kernel for some file types; Q4_1 prompts run at ~300 tokens/s on
+    2 cores here, the same weights in F16 at ~560 (bench/RESULTS.md). The file is written under a temporary
+    name and renamed into place, so a concurrent job never loads half of it.
+    """
+    import llama_cpp
+
+    cache_dir = cache_dir or converted_dir()
+    size = path.stat().st_size
+    target_path = cache_dir / f"{path.stem}.{size}.llama-cpp-{llama_cpp.__version__}.{target}.gguf"
+    if target_path.is_file():
+        return target_path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{target_path.name}.")
+    os.close(handle)
+    try:
+        argv = [sys.executable, "-c", CONVERT_CODE, str(path), tmp, CONVERT_FTYPES[target]]
+        child = subprocess.run(argv, capture_output=True, text=True, errors="replace")
+        if child.returncode != 0:
+            tail = " | ".join(child.stderr.strip().splitlines()[-3:])
+            raise StressprobeError(
+                f"llama.cpp could not convert {path} to {target} (exit {child.returncode}): {tail}"
+            )
+        os.replace(tmp, target_path)
+        log.info("converted %s to %s: %s", path.name, target, target_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target_path
+
+
+def runtime_gguf(name: str, entry: Mapping[str, Any]) -> Path:
+    """The GGUF file a job loads: the registry's, converted first when the entry says `convert`."""
+    path = gguf_path(name, entry)
+    return converted_gguf(path, entry["convert"]) if entry.get("convert") else path
 
 
 def gguf_path(name: str, entry: Mapping[str, Any]) -> Path:
@@ -153,13 +233,14 @@ def model_params_override(overrides: Mapping[str, Any]) -> Iterator[None]:
 
 def open_backend(name: str, entry: dict[str, Any]) -> LlamaCppBackend:
     """Check the GGUF file and load it once, with extra buffer types where they are safe."""
-    path = gguf_path(name, entry)
+    path = runtime_gguf(name, entry)
     return LlamaCppBackend(
         name,
         path,
         backend_identity(name, entry),
         n_ctx=int(entry.get("n_ctx", 2048)),
         n_threads=int(entry.get("n_threads", 2)),
+        flash_attn=bool(entry.get("flash_attn", False)),
         model_overrides=llama_model_overrides(name, entry, path),
     )
 
@@ -176,6 +257,7 @@ class LlamaCppBackend(Backend):
         identity: dict[str, Any],
         n_ctx: int,
         n_threads: int,
+        flash_attn: bool = False,
         model_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity)
@@ -185,7 +267,12 @@ class LlamaCppBackend(Backend):
         try:
             with model_params_override(model_overrides or {}):
                 self.llm = llama_cpp.Llama(
-                    model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False, seed=0
+                    model_path=str(path),
+                    n_ctx=n_ctx,
+                    n_threads=n_threads,
+                    flash_attn=flash_attn,
+                    verbose=False,
+                    seed=0,
                 )
         except ValueError as exc:
             raise StressprobeError(
