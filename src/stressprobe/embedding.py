@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stressprobe.errors import StressprobeError
-from stressprobe.io import PACKAGE_PREFIX, atomic_target, package_file
+from stressprobe.io import PACKAGE_PREFIX, atomic_target, package_file, user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +39,6 @@ MEAN_POOLING_PIPELINES = (
 )
 # config_sentence_transformers.json keys that `encode` without a prompt name ignores; any other key must be null.
 INERT_ST_SETTINGS = {"__version__", "prompts", "similarity_fn_name", "model_type"}
-
-
-def default_cache_dir() -> Path:
-    """Where extracted models live: `$XDG_CACHE_HOME/stressprobe/models` (default `~/.cache/...`)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "stressprobe" / "models"
 
 
 def zip_fingerprint(zip_path: Path) -> str:
@@ -98,7 +92,7 @@ def resolve_model_dir(spec: str, cache_dir: Path | None = None) -> Path:
     if not path.exists():
         raise StressprobeError(f"embedding model '{spec}': {path} does not exist; fix 'embedding.model'")
     if path.is_file() and zipfile.is_zipfile(path):
-        path = extract_once(path, cache_dir or default_cache_dir())
+        path = extract_once(path, cache_dir or user_cache_dir("models"))
     return model_folder(path)
 
 

@@ -104,6 +104,12 @@ def read_tsv_lines(path: str | os.PathLike) -> Iterator[tuple[int, list[str]]]:
             yield lineno, line.split("\t")
 
 
+def user_cache_dir(kind: str) -> Path:
+    """`$XDG_CACHE_HOME/stressprobe/<kind>` (default `~/.cache/...`): per user and host, outside any results."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stressprobe" / kind
+
+
 PACKAGE_PREFIX = "package:"
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stressprobe.errors import StressprobeError
-from stressprobe.io import write_json
+from stressprobe.io import user_cache_dir, write_json
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +140,13 @@ def probe_key(*parts: object) -> str:
     return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:24]
 
 
-def verdict_cache_dir() -> Path:
-    """Where probe verdicts are kept between jobs: per user, outside the results (they describe the host)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stressprobe" / "cpu-probe"
-
-
 def cached_probe(key: str, probe: Callable[[], ProbeResult], cache_dir: Path | None = None) -> ProbeResult:
     """`probe()` once per key: the verdict is stored as a small JSON file that later jobs read.
 
     An unreadable or unwritable cache only costs a repeated probe, never a wrong verdict.
     """
-    path = (cache_dir or verdict_cache_dir()) / f"{key}.json"
+    # Verdicts are kept per user, outside the results: they describe the host.
+    path = (cache_dir or user_cache_dir("cpu-probe")) / f"{key}.json"
     try:
         stored = json.loads(path.read_text())
         return ProbeResult(stored["returncode"], stored.get("stderr_tail", ""))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from stressprobe.errors import StressprobeError
-from stressprobe.io import PACKAGE_PREFIX, package_file
+from stressprobe.io import PACKAGE_PREFIX, package_file, user_cache_dir
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.cpu import (
@@ -78,12 +78,6 @@ CONVERT_FTYPES = {
 }
 
 
-def converted_dir() -> Path:
-    """Where converted GGUF files live: `$XDG_CACHE_HOME/stressprobe/gguf` (default `~/.cache/...`)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "stressprobe" / "gguf"
-
-
 # A child process converts, so that llama.cpp's log (a line per tensor, on the C stderr) stays out of the job's
 # terminal and reaches the error message when the conversion fails.
 CONVERT_CODE = """
@@ -104,7 +98,7 @@ def converted_gguf(path: Path, target: str, cache_dir: Path | None = None) -> Pa
     """
     import llama_cpp
 
-    cache_dir = cache_dir or converted_dir()
+    cache_dir = cache_dir or user_cache_dir("gguf")
     size = path.stat().st_size
     target_path = cache_dir / f"{path.stem}.{size}.llama-cpp-{llama_cpp.__version__}.{target}.gguf"
     if target_path.is_file():
