@@ -7,13 +7,13 @@ every request; the response cache stays empty). The README's "Bad input" table l
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from stressprobe.llm.serving import free_port
 from tests.support.api_workdir import (
     CDV_QUESTIONS,
     cached_messages,
@@ -92,10 +92,7 @@ def cdv_questions(questions: list[dict]) -> Callable[[Path, str], tuple[Path, st
 
 def closed_port_url() -> str:
     """A URL on 127.0.0.1 where nothing listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 CASES = {

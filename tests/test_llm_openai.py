@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import socket
 
 import pytest
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, label_distribution, open_client
+from stressprobe.llm.serving import free_port
 from tests.support.openai_server import OFF_FORMAT_TEXT, OpenAIServer
 
 FORK = multiprocessing.get_context("fork")
@@ -149,12 +149,6 @@ def test_rejected_key_stops_open_client(tmp_path, monkeypatch):
     assert "models.api.api_key_env" in str(info.value) and "sk-wrong" not in str(info.value)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     ("models", "name", "needle"),
     [
@@ -172,7 +166,7 @@ def _closed_port() -> int:
             "UNSET_VAR_X is not set",
         ),
         (
-            {"a": {"backend": "openai", "model": "m", "base_url": f"http://127.0.0.1:{_closed_port()}/v1"}},
+            {"a": {"backend": "openai", "model": "m", "base_url": f"http://127.0.0.1:{free_port()}/v1"}},
             "a",
             "models.a.base_url: cannot reach",
         ),

@@ -96,7 +96,7 @@ def begin_job(smk: Any) -> None:
     """
     global _begun
     log_path = smk.log[0] if len(smk.log) else None
-    if _begun is not None and _begun == (log_path or ""):
+    if _begun == (log_path or ""):
         return
     _begun = log_path or ""
     configure_logging(log_path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from stressprobe.llm.backends.llamacpp import llama_model_overrides, model_params_override
+from stressprobe.llm.serving import free_port
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ID = "smollm2-135m"
@@ -52,12 +52,6 @@ def extra_buffers_off(gguf: Path) -> bool:
         return True
     overrides = llama_model_overrides("llama-server", {"extra_buffers": "auto", "n_threads": N_THREADS}, gguf)
     return overrides.get("use_extra_bufts") is False
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class LlamaServer:

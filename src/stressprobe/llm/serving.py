@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from stressprobe.errors import StressprobeError
+from stressprobe.errors import StressprobeError, one_line_tail
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,9 @@ def server_command(entry: Mapping[str, Any], port: int, seed: int, python: str =
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of a server log, joined into one line."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return one_line_tail(path.read_text(encoding="utf-8", errors="replace"), lines)
     except OSError:
         return ""
-    return " | ".join(line.strip() for line in text.splitlines()[-lines:] if line.strip())
 
 
 def start_server(

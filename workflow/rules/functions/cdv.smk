@@ -178,11 +178,16 @@ def cdv_served_cells():
     return served
 
 
+def _served_cell_roles():
+    """Every model with a role in a search cell of the served dataset job."""
+    return {m for p, v in cdv_served_cells() for m in cell_roles(p, v).values()}
+
+
 def cdv_served_models():
     """The dataset job's co-resident vLLM models: grouped evaluators that take a role in one of its search
     cells. Each is served once per dataset, for its searches and its evaluation (a cycle for jobs that load
     one model each: the evaluation of one needs the other's search)."""
-    roles = {m for p, v in cdv_served_cells() for m in cell_roles(p, v).values()}
+    roles = _served_cell_roles()
     return [m for m in cdv_grouped_eval_models() if m in roles]
 
 
@@ -209,9 +214,8 @@ def cdv_served_plan():
 
 
 def cdv_served_job_models(wildcards=None):
-    """Every model the served job calls: the served ones and its searches' other (API) roles."""
-    roles = {m for p, v in cdv_served_cells() for m in cell_roles(p, v).values()}
-    return sorted(roles | set(cdv_served_models()))
+    """Every model the served job calls: its searches' roles (the served models among them)."""
+    return sorted(_served_cell_roles())
 
 
 def cdv_served_search_outputs(name):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stressprobe.errors import StressprobeError
+from stressprobe.errors import StressprobeError, one_line_tail
 from stressprobe.io import PACKAGE_PREFIX, package_file, user_cache_dir
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
@@ -110,7 +110,7 @@ def converted_gguf(path: Path, target: str, cache_dir: Path | None = None) -> Pa
         argv = [sys.executable, "-c", CONVERT_CODE, str(path), tmp, CONVERT_FTYPES[target]]
         child = subprocess.run(argv, capture_output=True, text=True, errors="replace")
         if child.returncode != 0:
-            tail = " | ".join(child.stderr.strip().splitlines()[-3:])
+            tail = one_line_tail(child.stderr, 3)
             raise StressprobeError(
                 f"llama.cpp could not convert {path} to {target} (exit {child.returncode}): {tail}"
             )
