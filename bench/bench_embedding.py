@@ -1,4 +1,4 @@
-"""Wall time of one embedding job's process: sentence-transformers vs the transformers fast path (issue 11).
+"""Wall time of one embedding job's process: sentence-transformers vs the numpy fast path (issue 11).
 
 Every rule that embeds text (persona_pool, select_personas, domain_agreement, query_domains, cdv_classifier)
 is a fresh Python process that imports the libraries, loads all-MiniLM-L6-v2 and embeds a few dozen texts.
@@ -6,7 +6,7 @@ Each side runs as such a process, timed from outside from start to exit, embeddi
 personas of the demo (`resources/demo/personas/personahub.jsonl`) with the model already extracted:
 
 1. sentence-transformers: `Embedder(SentenceTransformer(folder))`, what `load_embedder` did before;
-2. fast path: `load_embedder(...)`, which runs the model with `transformers` directly.
+2. fast path: `load_embedder(...)`, which runs the model in numpy (`stressprobe.bert_encoder`).
 
     python -m bench.bench_embedding [--rounds 3]
 

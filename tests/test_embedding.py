@@ -2,15 +2,16 @@
 
 import importlib.util
 import json
+import subprocess
 import sys
 import zipfile
 
 import numpy as np
 import pytest
 
+from stressprobe.bert_encoder import BertMeanPooling, load_bert_mean_pooling
 from stressprobe.embedding import (
     Embedder,
-    MeanPoolingModel,
     extract_once,
     load_embedder,
     load_vectors,
@@ -118,6 +119,15 @@ MEAN_POOLING = {
 }
 
 
+BERT_NORMALIZER = {
+    "type": "BertNormalizer",
+    "clean_text": True,
+    "handle_chinese_chars": True,
+    "strip_accents": None,
+    "lowercase": True,
+}
+
+
 def write_model_configs(folder, changes):
     """A folder holding only the JSON configs of a mean-pooling BERT model, with `changes` ({file: content})."""
     configs = {
@@ -129,12 +139,19 @@ def write_model_configs(folder, changes):
         "1_Pooling/config.json": MEAN_POOLING,
         "sentence_bert_config.json": {"max_seq_length": 128, "do_lower_case": False},
         "config_sentence_transformers.json": {"__version__": {}, "prompts": {}, "default_prompt_name": None},
-        "config.json": {"model_type": "bert"},
+        "config.json": {"model_type": "bert", "hidden_act": "gelu", "position_embedding_type": "absolute"},
+        "tokenizer.json": {"normalizer": BERT_NORMALIZER},
+        "tokenizer_config.json": {"do_lower_case": True, "tokenizer_class": "BertTokenizer"},
+        "model.safetensors": b"",  # only its presence is read here
         **changes,
     }
     for name, content in configs.items():
+        (folder / name).unlink(missing_ok=True)
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(json.dumps(content))
+        if isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        elif content is not None:  # None: the file is absent
+            (folder / name).write_text(json.dumps(content))
     return folder
 
 
@@ -164,6 +181,16 @@ NOT_EXACT = {  # changes to the mean-pooling folder that sentence-transformers c
     },
     "truncate-dim": {"config_sentence_transformers.json": {"truncate_dim": 2}},
     "not-bert": {"config.json": {"model_type": "t5"}},
+    "tanh-gelu": {"config.json": {"model_type": "bert", "hidden_act": "gelu_new"}},
+    "relative-positions": {
+        "config.json": {"model_type": "bert", "hidden_act": "gelu", "position_embedding_type": "relative_key"}
+    },
+    "pytorch-weights-only": {"model.safetensors": None, "pytorch_model.bin": b""},
+    "no-tokenizer-json": {"tokenizer.json": None},
+    "tokenizer-config-cased": {"tokenizer_config.json": {"do_lower_case": False}},
+    "tokenizer-config-strips-accents": {"tokenizer_config.json": {"strip_accents": True}},
+    "other-tokenizer-class": {"tokenizer_config.json": {"tokenizer_class": "XLMRobertaTokenizer"}},
+    "other-normalizer": {"tokenizer.json": {"normalizer": {"type": "NFKC"}}},
     "adapter": {"adapter_config.json": {}},
     "dense": {
         "modules.json": [
@@ -203,10 +230,14 @@ def sentence_transformer_vectors(folder, texts):
 
 @pytest.mark.slow
 def test_fast_path_gives_sentence_transformers_vectors(minilm_folder):
+    from tokenizers import Tokenizer
+
     embedder = load_embedder(str(minilm_folder), batch_size=2)
-    assert isinstance(embedder.model, MeanPoolingModel)
+    assert isinstance(embedder.model, BertMeanPooling)
     long_text = " ".join(f"term{i}" for i in range(120))  # ~320 tokens
-    assert len(embedder.model.tokenizer(long_text).input_ids) > embedder.model.max_length
+    untruncated = Tokenizer.from_file(str(minilm_folder / "tokenizer.json"))
+    untruncated.no_truncation()
+    assert len(untruncated.encode(long_text).ids) > embedder.model.max_length
     # batches of 2 mix lengths, so padding is masked out of the mean
     texts = [
         "a doctor",
@@ -214,6 +245,7 @@ def test_fast_path_gives_sentence_transformers_vectors(minilm_folder):
         "",
         long_text,
         "Fußball ⚽",
+        "Crème brûlée, 北京, naïve",
     ]
     vectors = embedder.embed(texts)
     assert vectors.dtype == np.float32
@@ -239,3 +271,26 @@ def test_cls_pooling_goes_through_sentence_transformers(minilm_folder, tmp_path)
     assert np.abs(vectors - sentence_transformer_vectors(tmp_path, texts)).max() < 1e-5
     mean = load_embedder(str(minilm_folder)).embed(texts)
     assert np.abs(vectors - mean).max() > 1e-2  # the edited pooling is in effect
+
+
+def test_weights_of_another_layout_are_not_run_in_numpy(minilm_folder, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    for item in minilm_folder.iterdir():
+        if item.name != "model.safetensors":
+            (tmp_path / item.name).symlink_to(item)
+    weights = load_file(str(minilm_folder / "model.safetensors"))
+    save_file({f"bert.{key}": value for key, value in weights.items()}, str(tmp_path / "model.safetensors"))
+    assert load_bert_mean_pooling(tmp_path, 256) is None
+    assert isinstance(load_bert_mean_pooling(minilm_folder, 256), BertMeanPooling)
+
+
+def test_an_embedding_job_does_not_import_torch(minilm_folder):
+    """The point of the numpy encoder: an embedding process never pays torch's import."""
+    code = (
+        "import sys; from stressprobe.embedding import load_embedder; "
+        f"load_embedder({str(minilm_folder)!r}, threads=1).embed(['a doctor']); "
+        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -4,10 +4,10 @@
 default model's package prints on import). A zip is extracted once into a cache directory; nothing is
 downloaded (`HF_HUB_OFFLINE=1`).
 
-A folder whose sentence-transformers pipeline is a BERT encoder followed by mean pooling (the default
-model's) is run with `transformers` directly: importing `sentence_transformers` costs ~7 s per process
-(scikit-learn, scipy, ...) and every embedding job is a fresh process (issue 11). Any other pipeline goes
-through `SentenceTransformer`.
+A folder whose sentence-transformers pipeline is a plain BERT encoder followed by mean pooling (the default
+model's) is run in numpy (`stressprobe.bert_encoder`): importing torch and transformers cost ~5 s per
+process, and every embedding job is a fresh process (issue 11). Any other pipeline goes through
+`SentenceTransformer`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from stressprobe.bert_encoder import load_bert_mean_pooling
 from stressprobe.errors import StressprobeError
 from stressprobe.io import PACKAGE_PREFIX, atomic_target, package_file, user_cache_dir
 
@@ -109,12 +110,33 @@ def is_mean_pooling(pooling: dict[str, Any]) -> bool:
     return mean_only and all(key.startswith("pooling_mode_") for key in flags)
 
 
-def mean_pooling_max_length(folder: Path) -> int | None:
-    """The token limit of a folder that `MeanPoolingModel` computes exactly as sentence-transformers does.
+def is_plain_bert(folder: Path) -> bool:
+    """Whether the folder's encoder is what `BertMeanPooling` computes: a BERT with absolute positions and
+    exact GELU in `model.safetensors`, and a `tokenizer.json` whose normaliser the tokenizer config (which
+    transformers applies over it) does not change."""
+    config = read_json(folder / "config.json") or {}
+    tokenizer = read_json(folder / "tokenizer.json") or {}
+    normalizer = tokenizer.get("normalizer") or {}
+    settings = read_json(folder / "tokenizer_config.json") or {}
+    overridden = {"do_lower_case": "lowercase", "strip_accents": "strip_accents"}
+    overridden["tokenize_chinese_chars"] = "handle_chinese_chars"
+    return (
+        config.get("model_type") == "bert"
+        and config.get("hidden_act") == "gelu"
+        and config.get("position_embedding_type", "absolute") == "absolute"
+        and (folder / "model.safetensors").is_file()
+        and normalizer.get("type") == "BertNormalizer"
+        and settings.get("tokenizer_class") in (None, "BertTokenizer", "BertTokenizerFast")
+        and all(settings.get(key, normalizer.get(n)) == normalizer.get(n) for key, n in overridden.items())
+    )
 
-    That is: modules Transformer (the folder itself) → mean Pooling (→ Normalize), a BERT encoder (other
-    architectures may be loaded differently by sentence-transformers), a `max_seq_length`, and no
-    lower-casing, default prompt, truncated dimension or adapter. None for any other folder.
+
+def mean_pooling_max_length(folder: Path) -> int | None:
+    """The token limit of a folder that `BertMeanPooling` computes exactly as sentence-transformers does.
+
+    That is: modules Transformer (the folder itself) → mean Pooling (→ Normalize), a plain BERT encoder
+    (`is_plain_bert`), a `max_seq_length`, and no lower-casing, default prompt, truncated dimension or
+    adapter. None for any other folder.
     """
     modules = read_json(folder / "modules.json") or []
     types = [module.get("type") for module in modules]
@@ -129,53 +151,10 @@ def mean_pooling_max_length(folder: Path) -> int | None:
         and settings.get("do_lower_case", False) is False
         and isinstance(max_length, int)
         and all(key in INERT_ST_SETTINGS or value is None for key, value in st_settings.items())
-        and (read_json(folder / "config.json") or {}).get("model_type") == "bert"
+        and is_plain_bert(folder)
         and not (folder / "adapter_config.json").exists()
     )
     return max_length if exact else None
-
-
-class MeanPoolingModel:
-    """A transformer encoder whose sentence vector is the attention-mask-weighted mean of its token vectors.
-
-    Has the two methods of `SentenceTransformer` that the Embedder calls.
-    """
-
-    def __init__(self, tokenizer: Any, encoder: Any, max_length: int) -> None:
-        self.tokenizer = tokenizer
-        self.encoder = encoder
-        self.max_length = max_length
-
-    def get_sentence_embedding_dimension(self) -> int:
-        return self.encoder.config.hidden_size
-
-    def encode(self, texts: list[str], batch_size: int, **_: Any) -> np.ndarray:
-        """Vectors of `texts` (numpy, no progress bar: the other `SentenceTransformer.encode` options the
-        Embedder passes), `batch_size` texts per forward pass, each truncated to `max_length` tokens."""
-        import torch
-
-        pooled = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), batch_size):
-                batch = self.tokenizer(
-                    texts[start : start + batch_size],
-                    padding=True,
-                    truncation="longest_first",
-                    max_length=self.max_length,
-                    return_tensors="pt",
-                )
-                tokens = self.encoder(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
-                pooled.append((tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9))
-        return torch.cat(pooled).numpy()
-
-
-def load_mean_pooling_model(folder: Path, max_length: int) -> MeanPoolingModel:
-    """The folder's tokenizer and encoder, from its own files only."""
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    return MeanPoolingModel(tokenizer, AutoModel.from_pretrained(folder, local_files_only=True), max_length)
 
 
 class Embedder:
@@ -204,19 +183,24 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
 def load_embedder(
     spec: str, batch_size: int = 64, cache_dir: Path | None = None, threads: int | None = None
 ) -> Embedder:
-    """Load a sentence-transformers model on CPU, offline (`threads` caps torch's CPU threads)."""
+    """Load a sentence-transformers model on CPU, offline (`threads` caps the math libraries' threads)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     folder = resolve_model_dir(spec, cache_dir)
-    import torch  # heavy imports, only when a model is needed
+    if threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)
+    max_length = mean_pooling_max_length(folder)
+    if max_length is not None:
+        model = load_bert_mean_pooling(folder, max_length)
+        if model is not None:
+            return Embedder(model, batch_size)
+    import torch  # heavy imports, only for a model the numpy encoder does not run
+    from sentence_transformers import SentenceTransformer
 
     if threads:
         torch.set_num_threads(threads)
-    max_length = mean_pooling_max_length(folder)
-    if max_length is not None:
-        return Embedder(load_mean_pooling_model(folder, max_length), batch_size)
-    from sentence_transformers import SentenceTransformer
-
     return Embedder(SentenceTransformer(str(folder), device="cpu"), batch_size)
 
 
