@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import abba
 from stressprobe.llm.cache import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,12 +138,6 @@ def bare_loop(requests: list[tuple[dict, dict, dict]], models: dict) -> tuple[fl
     return wall, calls, tokens_out
 
 
-def abba_order(rounds: int) -> list[str]:
-    """The sides in ABBA order over `rounds` rounds ("demo", "bare", "bare", "demo", ...): a machine whose speed
-    drifts during the runs favours neither side."""
-    return [side for i in range(rounds) for side in (("demo", "bare") if i % 2 == 0 else ("bare", "demo"))]
-
-
 def main() -> None:
     import yaml
 
@@ -163,7 +158,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         first = args.keep or Path(tmp) / "demo"
         requests: list[tuple[dict, dict, dict]] = []
-        for side in abba_order(args.rounds):
+        for side in abba(("demo", "bare"), args.rounds):
             if side == "demo":
                 # every demo run starts from an empty directory and cache; the bare loop replays the first's
                 workdir = first if not times["demo"] else Path(tmp) / f"demo{len(times['demo'])}"

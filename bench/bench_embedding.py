@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import abba
 from stressprobe.embedding import Embedder, load_embedder, resolve_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,10 +75,9 @@ def main() -> None:
         out = {side: Path(tmp) / f"{index}.npy" for index, side in enumerate(SIDES)}
         for side in SIDES:
             timed_process(side, out[side])  # warms the file cache
-        for round_ in range(args.rounds):
-            for side in SIDES if round_ % 2 == 0 else SIDES[::-1]:
-                times[side].append(timed_process(side, out[side]))
-                print(f"{side:<24}{times[side][-1]:>8.2f} s", flush=True)
+        for side in abba(SIDES, args.rounds):
+            times[side].append(timed_process(side, out[side]))
+            print(f"{side:<24}{times[side][-1]:>8.2f} s", flush=True)
         difference = np.abs(np.load(out[SIDES[0]]) - np.load(out[SIDES[1]])).max()
     print(f"load average (1 min) at end: {os.getloadavg()[0]:.1f}")
     old, new = (sum(times[side]) / len(times[side]) for side in SIDES)

@@ -35,6 +35,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from bench import abba
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends.llamacpp import model_params_override, runtime_gguf
 from stressprobe.persona.prompts import judge_prompt, load_template
@@ -125,11 +126,10 @@ def compare_sides(requests: list[Request], rounds: int, sides: dict[str, tuple[d
     first, second = sides
     rates: dict[str, list[float]] = {first: [], second: []}
     texts: dict[str, list[str]] = {}
-    for round_ in range(rounds):
-        for side in (first, second) if round_ % 2 == 0 else (second, first):
-            rate, texts[side] = bare_loop(requests, *sides[side])
-            rates[side].append(rate)
-            print(f"{side:<10}{rate:>10.3g} calls/s", flush=True)
+    for side in abba((first, second), rounds):
+        rate, texts[side] = bare_loop(requests, *sides[side])
+        rates[side].append(rate)
+        print(f"{side:<10}{rate:>10.3g} calls/s", flush=True)
     print(f"load average (1 min) at end: {os.getloadavg()[0]:.1f}")
     one, two = (len(rates[s]) / sum(1 / r for r in rates[s]) for s in (first, second))
     print(f"ratio {second} / {first} over {rounds} rounds: {two:.3g} / {one:.3g} = {two / one:.2f}")
@@ -162,19 +162,17 @@ def main() -> None:
     print(f"{'pass':<34}{'calls/s':>10}{'model calls':>13}{'cache hits':>12}", flush=True)
     rates: dict[str, list[float]] = {"bare": [], "layer": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for round_ in range(args.rounds):
-            # ABBA: each side runs first in every other round, so a drifting machine favours neither.
-            for side in ("bare", "layer") if round_ % 2 == 0 else ("layer", "bare"):
-                if side == "bare":
-                    rate, bare_texts = bare_loop(requests)
-                    calls = len(requests)
-                    label = "bare llama-cpp-python loop"
-                else:
-                    cache = Path(tmp) / f"llm{round_}.sqlite"
-                    rate, layer_texts, calls, _ = layer_pass(requests, cache)
-                    label = "LLM layer, fresh cache"
-                rates[side].append(rate)
-                print(f"{label:<34}{rate:>10.2f}{calls:>13}{0:>12}", flush=True)
+        for side in abba(("bare", "layer"), args.rounds):
+            if side == "bare":
+                rate, bare_texts = bare_loop(requests)
+                calls = len(requests)
+                label = "bare llama-cpp-python loop"
+            else:
+                cache = Path(tmp) / f"llm{len(rates['layer'])}.sqlite"
+                rate, layer_texts, calls, _ = layer_pass(requests, cache)
+                label = "LLM layer, fresh cache"
+            rates[side].append(rate)
+            print(f"{label:<34}{rate:>10.2f}{calls:>13}{0:>12}", flush=True)
         cached_rate, cached_texts, cached_calls, hits = layer_pass(requests, cache)
         print(f"{'LLM layer, second pass (cache)':<34}{cached_rate:>10.1f}{cached_calls:>13}{hits:>12}")
     same = sum(a == b for a, b in zip(bare_texts, layer_texts, strict=True))

@@ -40,6 +40,11 @@ def gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
 
 
+def linear(x: np.ndarray, weights: dict[str, np.ndarray], name: str) -> np.ndarray:
+    """The dense layer `name` (its weight already transposed to (in, out))."""
+    return x @ weights[f"{name}.weight"] + weights[f"{name}.bias"]
+
+
 def softmax(scores: np.ndarray) -> np.ndarray:
     shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
@@ -93,24 +98,22 @@ class BertMeanPooling:
         key_bias = ((1.0 - mask) * MASKED)[:, None, None, :]
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
-
-            def dense(h: np.ndarray, name: str, p: str = p) -> np.ndarray:
-                return h @ w[f"{p}{name}.weight"] + w[f"{p}{name}.bias"]
-
-            def split(h: np.ndarray) -> np.ndarray:
-                return h.reshape(batch, length, self.heads, size).transpose(0, 2, 1, 3)
-
-            q, k, v = (split(dense(x, f"attention.self.{n}")) for n in ("query", "key", "value"))
+            q, k, v = (
+                linear(x, w, f"{p}attention.self.{n}")
+                .reshape(batch, length, self.heads, size)
+                .transpose(0, 2, 1, 3)
+                for n in ("query", "key", "value")
+            )
             scores = q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(size)) + key_bias
             context = (softmax(scores) @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
             x = layer_norm(
-                dense(context, "attention.output.dense") + x,
+                linear(context, w, f"{p}attention.output.dense") + x,
                 w[f"{p}attention.output.LayerNorm.weight"],
                 w[f"{p}attention.output.LayerNorm.bias"],
                 self.eps,
             )
             x = layer_norm(
-                dense(gelu(dense(x, "intermediate.dense")), "output.dense") + x,
+                linear(gelu(linear(x, w, f"{p}intermediate.dense")), w, f"{p}output.dense") + x,
                 w[f"{p}output.LayerNorm.weight"],
                 w[f"{p}output.LayerNorm.bias"],
                 self.eps,

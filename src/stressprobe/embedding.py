@@ -40,6 +40,12 @@ MEAN_POOLING_PIPELINES = (
 )
 # config_sentence_transformers.json keys that `encode` without a prompt name ignores; any other key must be null.
 INERT_ST_SETTINGS = {"__version__", "prompts", "similarity_fn_name", "model_type"}
+# tokenizer_config.json keys that transformers writes over tokenizer.json's BertNormalizer fields
+TOKENIZER_OVERRIDES = {
+    "do_lower_case": "lowercase",
+    "strip_accents": "strip_accents",
+    "tokenize_chinese_chars": "handle_chinese_chars",
+}
 
 
 def zip_fingerprint(zip_path: Path) -> str:
@@ -118,8 +124,6 @@ def is_plain_bert(folder: Path) -> bool:
     tokenizer = read_json(folder / "tokenizer.json") or {}
     normalizer = tokenizer.get("normalizer") or {}
     settings = read_json(folder / "tokenizer_config.json") or {}
-    overridden = {"do_lower_case": "lowercase", "strip_accents": "strip_accents"}
-    overridden["tokenize_chinese_chars"] = "handle_chinese_chars"
     return (
         config.get("model_type") == "bert"
         and config.get("hidden_act") == "gelu"
@@ -127,7 +131,10 @@ def is_plain_bert(folder: Path) -> bool:
         and (folder / "model.safetensors").is_file()
         and normalizer.get("type") == "BertNormalizer"
         and settings.get("tokenizer_class") in (None, "BertTokenizer", "BertTokenizerFast")
-        and all(settings.get(key, normalizer.get(n)) == normalizer.get(n) for key, n in overridden.items())
+        and all(
+            settings.get(key, normalizer.get(n)) == normalizer.get(n)
+            for key, n in TOKENIZER_OVERRIDES.items()
+        )
     )
 
 
