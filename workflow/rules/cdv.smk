@@ -1,13 +1,12 @@
 # Contextual Distraction Vulnerability study: questions per dataset, one tree search per (dataset, proxy,
-# victim) cell, evaluation per (cell, model), baselines, mitigation, classifier, DPO pairs, tables, figures.
+# victim) cell, evaluation per (cell, model), baselines and mitigation (the classifier, DPO and the tables
+# and figures: cdv_classifier.smk, cdv_dpo.smk, cdv_study.smk).
 
 
 include: "functions/cdv.smk"
 
 
 wildcard_constraints:
-    cdv_table="cdv_[a-z_]+",
-    cdv_figure="cdv_[a-z_]+",
     variant="gamma0|no_r",
 
 
@@ -51,30 +50,6 @@ rule cdv_subsample:
         seed=config["seed"],
     script:
         "../../scripts/cdv_subsample.py"
-
-
-rule cdv_filter_select:
-    input:
-        pool="results/cdv/classifier/pool.jsonl",
-        questions=CDV_QUESTIONS,
-    output:
-        selected="results/cdv/data/{dataset}.selected.jsonl",
-        random="results/cdv/data/{dataset}.random.jsonl",
-    log:
-        "results/logs/cdv/filter_select/{dataset}.log",
-    wildcard_constraints:
-        dataset=cdv_dataset_pattern(),
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        study=cdv_cost_study(),
-        threshold=config["cdv"]["classifier"]["threshold"],
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_filter_select.py"
 
 
 rule cdv_search:
@@ -220,206 +195,6 @@ rule cdv_mitigation:
         seed=config["seed"],
     script:
         "../../scripts/cdv_eval.py"
-
-
-rule cdv_classifier:
-    input:
-        searches=cdv_label_files("search.jsonl"),
-        # Each cell's roles -> model names, to price the cost columns by the models that actually ran.
-        summaries=cdv_label_files("search.summary.json"),
-        questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
-    output:
-        predictions="results/cdv/classifier/predictions.jsonl",
-        metrics="results/cdv/classifier/metrics.json",
-        # Unlabelled questions scored by the trained classifier: the cost experiment's pool.
-        pool="results/cdv/classifier/pool.jsonl",
-    log:
-        "results/logs/cdv/classifier.log",
-    benchmark:
-        "results/benchmarks/cdv/classifier.tsv"
-    conda:
-        llm_env(cdv_classifier_models)
-    threads: llm_threads(cdv_classifier_models)
-    resources:
-        **cdv_classifier_resources(),
-    params:
-        classifier=config["cdv"]["classifier"],
-        models=cdv_models_of(cdv_classifier_roles()),
-        embedding=config["embedding"],
-        prices=cdv_cell_prices(),
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_classifier.py"
-
-
-rule cdv_dpo_export:
-    input:
-        perturbed=cdv_cell_files("perturbed.jsonl"),
-        searches=cdv_cell_files("search.jsonl"),
-        evals=cdv_eval_files("eval"),
-    output:
-        train="results/cdv/dpo/train.jsonl",
-        validation="results/cdv/dpo/validation.jsonl",
-        test="results/cdv/dpo/test.jsonl",
-        heldout="results/cdv/dpo/heldout.jsonl",
-    log:
-        "results/logs/cdv/dpo_export.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        test_fraction=config["cdv"]["dpo"]["test_fraction"],
-        validation_fraction=config["cdv"]["dpo"]["validation_fraction"],
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_dpo_export.py"
-
-
-rule cdv_dpo_train:
-    input:
-        train="results/cdv/dpo/train.jsonl",
-        validation="results/cdv/dpo/validation.jsonl",
-        heldout="results/cdv/dpo/heldout.jsonl",
-    output:
-        done="results/cdv/dpo/model/done.json",
-    log:
-        "results/logs/cdv/dpo_train.log",
-    benchmark:
-        "results/benchmarks/cdv/dpo_train.tsv"
-    conda:
-        "../../envs/dpo.yaml"
-    resources:
-        gpu=1,
-        mem_mb=32000,
-        runtime=720,
-    params:
-        settings=config["cdv"]["dpo"],
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_dpo_train.py"
-
-
-rule cdv_table:
-    input:
-        summaries=cdv_cell_files("search.summary.json"),
-        variant_summaries=cdv_variant_files("search.summary.json"),
-        searches=cdv_cell_files("search.jsonl"),
-        evals=cdv_eval_files("eval"),
-        mitigation=(
-            cdv_eval_files("mitigation")
-            if config["cdv"]["mitigation"]["enabled"]
-            else []
-        ),
-        classifier=(
-            "results/cdv/classifier/metrics.json"
-            if config["cdv"]["classifier"]["kind"] != "none"
-            else []
-        ),
-    output:
-        **table_outputs("{cdv_table}", "cdv", "CDV study", "Tables"),
-    log:
-        "results/logs/cdv/tables/{cdv_table}.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    script:
-        "../../scripts/cdv_table.py"
-
-
-rule cdv_figure:
-    input:
-        searches=cdv_cell_files("search.jsonl"),
-        evals=cdv_eval_files("eval"),
-    output:
-        **figure_outputs("{cdv_figure}", "cdv", "CDV study", "Figures"),
-    log:
-        "results/logs/cdv/figures/{cdv_figure}.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        figure=analysis_figure_options(),
-    script:
-        "../../scripts/cdv_figure.py"
-
-
-# The paper's experiment tables (stressprobe.cdv.paper_report); the names are also cdv_table's pattern.
-ruleorder: cdv_study_table > cdv_table
-
-
-rule cdv_study_table:
-    input:
-        unpack(lambda w: cdv_study_inputs(w.cdv_study_table)),
-    output:
-        **table_outputs("{cdv_study_table}", "cdv", "CDV study", "Tables"),
-    log:
-        "results/logs/cdv/tables/{cdv_study_table}.log",
-    wildcard_constraints:
-        cdv_study_table="|".join(CDV_STUDY_TABLES),
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        experiments=config["cdv"]["experiments"],
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_study_table.py"
-
-
-rule cdv_classifier_lora:
-    input:
-        predictions="results/cdv/classifier/predictions.jsonl",
-        questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
-    output:
-        "results/cdv/classifier/lora/{lora}.json",
-    log:
-        "results/logs/cdv/classifier_lora/{lora}.log",
-    benchmark:
-        "results/benchmarks/cdv/classifier_lora/{lora}.tsv"
-    conda:
-        "../../envs/dpo.yaml"
-    resources:
-        gpu=1,
-        mem_mb=64000,
-        runtime=720,
-    params:
-        base_model=lambda w: cdv_lora_models()[w.lora],
-        settings=config["cdv"]["classifier"]["lora"],
-        threshold=config["cdv"]["classifier"]["threshold"],
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_classifier_lora.py"
-
-
-ruleorder: cdv_study_figure > cdv_figure
-
-
-rule cdv_study_figure:
-    input:
-        table="results/tables/{cdv_study_figure}.csv",
-    output:
-        **figure_outputs("{cdv_study_figure}", "cdv", "CDV study", "Figures"),
-    log:
-        "results/logs/cdv/figures/{cdv_study_figure}.log",
-    wildcard_constraints:
-        cdv_study_figure="cdv_experiments|cdv_classifier_study",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        figure=analysis_figure_options(),
-    script:
-        "../../scripts/cdv_study_figure.py"
 
 
 # One vLLM model load per (dataset, model) for CDV evaluation: a vLLM model in `cdv.eval_models` is

@@ -1,0 +1,106 @@
+# CDV tables and figures: the search and evaluation tables, the paper's experiment tables and the
+# comparison with every published value.
+
+
+include: "functions/cdv_study.smk"
+
+
+wildcard_constraints:
+    cdv_table="cdv_[a-z_]+",
+    cdv_figure="cdv_[a-z_]+",
+
+
+rule cdv_table:
+    input:
+        summaries=cdv_cell_files("search.summary.json"),
+        variant_summaries=cdv_variant_files("search.summary.json"),
+        searches=cdv_cell_files("search.jsonl"),
+        evals=cdv_eval_files("eval"),
+        mitigation=(
+            cdv_eval_files("mitigation")
+            if config["cdv"]["mitigation"]["enabled"]
+            else []
+        ),
+        classifier=(
+            "results/cdv/classifier/metrics.json"
+            if config["cdv"]["classifier"]["kind"] != "none"
+            else []
+        ),
+    output:
+        **table_outputs("{cdv_table}", "cdv", "CDV study", "Tables"),
+    log:
+        "results/logs/cdv/tables/{cdv_table}.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    script:
+        "../../scripts/cdv_table.py"
+
+
+rule cdv_figure:
+    input:
+        searches=cdv_cell_files("search.jsonl"),
+        evals=cdv_eval_files("eval"),
+    output:
+        **figure_outputs("{cdv_figure}", "cdv", "CDV study", "Figures"),
+    log:
+        "results/logs/cdv/figures/{cdv_figure}.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        figure=analysis_figure_options(),
+    script:
+        "../../scripts/cdv_figure.py"
+
+
+# The paper's experiment tables (stressprobe.cdv.paper_report); the names are also cdv_table's pattern.
+ruleorder: cdv_study_table > cdv_table
+
+
+rule cdv_study_table:
+    input:
+        unpack(lambda w: cdv_study_inputs(w.cdv_study_table)),
+    output:
+        **table_outputs("{cdv_study_table}", "cdv", "CDV study", "Tables"),
+    log:
+        "results/logs/cdv/tables/{cdv_study_table}.log",
+    wildcard_constraints:
+        cdv_study_table="|".join(CDV_STUDY_TABLES),
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        experiments=config["cdv"]["experiments"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_study_table.py"
+
+
+ruleorder: cdv_study_figure > cdv_figure
+
+
+rule cdv_study_figure:
+    input:
+        table="results/tables/{cdv_study_figure}.csv",
+    output:
+        **figure_outputs("{cdv_study_figure}", "cdv", "CDV study", "Figures"),
+    log:
+        "results/logs/cdv/figures/{cdv_study_figure}.log",
+    wildcard_constraints:
+        cdv_study_figure="cdv_experiments|cdv_classifier_study",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        figure=analysis_figure_options(),
+    script:
+        "../../scripts/cdv_study_figure.py"
