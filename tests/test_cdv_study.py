@@ -223,14 +223,6 @@ def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):
         paper_report.read_paper_values(bad)
 
 
-def test_the_shipped_values_file_reads_and_every_value_has_a_source():
-    from tests.support.helpers import ROOT
-
-    values = paper_report.read_paper_values(ROOT / "resources" / "cdv" / "paper_values.csv")
-    assert len(values) >= 3 and (values["source"].str.len() > 0).all()
-    assert set(values["experiment"]) <= {"scale_up", "self_search", "filter_cost", "classifier_study", "dpo"}
-
-
 @pytest.mark.slow
 def test_lora_classifier_trains_on_the_training_split_and_is_scored_like_the_others(study, tmp_path):
     pytest.importorskip("peft", reason="the `dpo` extra (peft, transformers) is not installed")
