@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from stressprobe.cdv.lora_classifier import lora_metrics, train_lora_classifier
-from stressprobe.io import read_jsonl, write_json
+from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.snakemake_io import run_script
 
 
@@ -15,14 +15,18 @@ def main(smk):
     questions = {q["qid"]: q for path in smk.input.questions for q in read_jsonl(path)}
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     model = AutoModelForSequenceClassification.from_pretrained(base_model, num_labels=2)
+    pool = read_jsonl(smk.input.pool)
+    work = str(Path(smk.output.scores).parent / "work")
     scores = train_lora_classifier(
-        model, tokenizer, rows, questions, settings, str(Path(smk.output[0]).parent / "work"), smk.params.seed
+        model, tokenizer, rows, questions, settings, work, smk.params.seed, [r["qid"] for r in pool]
     )
+    labelled = {r["qid"] for r in rows}
+    write_jsonl(smk.output.pool, [{**r, "p": scores[r["qid"]]} for r in pool])
     write_json(
-        smk.output[0],
+        smk.output.scores,
         {
             "classifier": f"lora:{base_model}",
-            "scores": scores,
+            "scores": {q: p for q, p in scores.items() if q in labelled},
             "study": lora_metrics(rows, scores, smk.params.threshold),
         },
     )

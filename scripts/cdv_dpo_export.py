@@ -1,6 +1,8 @@
 """DPO preference pairs (TRL DPOTrainer JSONL) from every cell's perturbed questions and evaluations, split by
 original question, and the held-out perturbed questions the trained model is evaluated on."""
 
+from pathlib import Path
+
 from stressprobe.cdv import cell_of
 from stressprobe.cdv.dpo import heldout_questions, preference_pairs, split_pair_groups, trl_rows
 from stressprobe.cdv.search import wrong_answer
@@ -26,10 +28,11 @@ def main(smk):
         pairs, smk.params.validation_fraction, smk.params.test_fraction, smk.params.seed
     )
     test_groups = {p["group"] for p in parts["test"]}
+    originals = {Path(p).stem: {q["qid"]: q for q in read_jsonl(p)} for p in smk.input.questions}
     heldout = [
         q
         for dataset, perturbed in sorted(perturbed_by_dataset.items())
-        for q in heldout_questions(dataset, perturbed, test_groups)
+        for q in heldout_questions(dataset, perturbed, test_groups, originals.get(dataset))
     ]
     write_jsonl(smk.output.train, trl_rows(parts["train"]))
     write_jsonl(smk.output.validation, trl_rows(parts["validation"]))

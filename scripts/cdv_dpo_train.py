@@ -11,9 +11,9 @@ from stressprobe.snakemake_io import run_script
 def main(smk):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    settings = smk.params.settings
-    tokenizer = AutoTokenizer.from_pretrained(settings["base_model"])
-    model = AutoModelForCausalLM.from_pretrained(settings["base_model"])
+    settings, base_model = smk.params.settings, smk.params.base_model
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    model = AutoModelForCausalLM.from_pretrained(base_model)
     out_dir = str(Path(smk.output.done).parent)
     result = train_and_evaluate(
         model,
@@ -26,7 +26,7 @@ def main(smk):
         smk.params.seed,
     )
     result.pop("trainer").save_model(out_dir)
-    write_json(smk.output.done, {"base_model": settings["base_model"], **result})
+    write_json(smk.output.done, {"base_model": base_model, **result})
 
 
 run_script(main, snakemake)  # noqa: F821

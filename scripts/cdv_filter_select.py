@@ -1,4 +1,4 @@
-"""The cost experiment's question sets of one dataset: classifier-selected and random, from its pool."""
+"""One of the cost experiment's question sets of one dataset (classifier-selected or random) from its pool."""
 
 from stressprobe.cdv.experiments import select_questions
 from stressprobe.io import read_jsonl, write_jsonl
@@ -10,8 +10,8 @@ def main(smk):
     pool = [r for r in read_jsonl(smk.input.pool) if r["dataset"] == dataset]
     questions = read_jsonl(smk.input.questions)
     chosen = select_questions(pool, smk.params.study["n"], smk.params.threshold, smk.params.seed)
-    for selection, qids in chosen.items():
-        write_jsonl(smk.output[selection], [q for q in questions if q["qid"] in set(qids)])
+    qids = set(chosen[smk.params.draw])
+    write_jsonl(smk.output[0], [q for q in questions if q["qid"] in qids])
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -14,6 +14,10 @@ def tables(smk) -> dict:
         )
     if hasattr(inputs, "classifier"):
         built["cdv_classifier_study"] = pr.classifier_study_table(inputs.classifier, list(inputs.lora))
+    if hasattr(inputs, "transfer"):
+        built["cdv_classifier_transfer"] = pr.transfer_table(inputs.transfer)
+    if hasattr(inputs, "release"):
+        built["cdv_classifier_release"] = pr.release_table(inputs.release)
     if hasattr(inputs, "cost_summaries"):
         built["cdv_filter_cost"] = pr.filter_cost_table(inputs.cost_summaries)
     if hasattr(inputs, "all_evals"):
@@ -23,7 +27,13 @@ def tables(smk) -> dict:
         if hasattr(inputs, "mitigation"):
             built["cdv_mitigation"] = report.mitigation_table(inputs.all_evals, inputs.mitigation)
     if hasattr(inputs, "dpo"):
-        built["cdv_dpo"] = pr.dpo_table(inputs.dpo)
+        built["cdv_dpo"] = pr.dpo_table(list(inputs.dpo), list(inputs.compare))
+    if hasattr(inputs, "human"):
+        from stressprobe.cdv.human_eval import table8
+
+        built["cdv_human_eval"] = table8(list(inputs.human))
+    if hasattr(inputs, "benchmark"):
+        built["cdv_benchmark"] = pr.benchmark_table(list(inputs.benchmark))
     return built
 
 
@@ -31,7 +41,12 @@ def main(smk):
     name = smk.wildcards.cdv_study_table
     built = tables(smk)
     if name == "cdv_vs_paper":
-        table = pr.vs_paper_table(pr.read_paper_values(smk.input.paper_values), pr.run_values(built))
+        from stressprobe.cdv.search_report import agreement_table, mean_pairwise_agreement
+
+        agreement = mean_pairwise_agreement(agreement_table(list(smk.input.searches)))
+        extra = [] if agreement is None else [pr.run_row("agreement", "pairwise_agreement", agreement)]
+        run = pr.run_values(built) + extra
+        table = pr.vs_paper_table(pr.read_paper_values(smk.input.paper_values), run)
     else:
         table = built[name]
     write_table(table, stem(smk.output.table), decimals={})

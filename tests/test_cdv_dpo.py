@@ -57,6 +57,7 @@ def test_before_after_difference_and_retain():
     assert result["difference"] == pytest.approx(0.0)
     assert result["retain"] == pytest.approx(2 / 3)  # of 3 wrong before, 2 still wrong
     assert result["kept_correct"] == pytest.approx(0.5)
+    assert result["wrong_after_was_wrong"] == pytest.approx(2 / 3)  # of 3 wrong after, 2 were wrong before
     assert before_after([], [])["accuracy_before"] is None
 
 
@@ -69,7 +70,9 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
 
     perturbed, pairs = _pairs(10)
     parts = split_pair_groups(pairs, 0.1, 0.2, 0)
-    heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]})
+    originals = {p["qid"]: make_item(p["qid"]) for p in perturbed}
+    heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]}, originals)
+    assert all("original_prompt" in q and q["choices"] for q in heldout)
     assert heldout and len(heldout) == len(parts["test"])
     texts = [m["content"] for p in pairs for key in ("prompt", "chosen", "rejected") for m in p[key]]
     model, tokenizer = toy_model_and_tokenizer(texts)
@@ -83,6 +86,7 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
         "max_length": 256,
         "lora_rank": None,
         "eval_max_tokens": 4,
+        "eval_temperature": 0.001,
     }
     result = train_and_evaluate(
         model,
@@ -103,6 +107,9 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
     assert evaluation["difference"] == pytest.approx(
         evaluation["accuracy_after"] - evaluation["accuracy_before"]
     )
+    # Retain on the originals of the same questions, and every cut-off answer counted
+    assert evaluation["n_originals"] == len(heldout)
+    assert evaluation["truncated_before"] + evaluation["truncated_after"] > 0  # 4 tokens cut most answers
     losses = [entry["loss"] for entry in result["log_history"] if "loss" in entry]
     assert len(losses) == 3 and all(loss == loss for loss in losses)  # three steps, finite losses
     trained = result["trainer"].model.state_dict()

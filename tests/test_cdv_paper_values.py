@@ -29,7 +29,7 @@ FIG3 = "self_search[gpt-4o-mini]"
 MITIGATION = "mitigation[gpt-4o-mini/gpt-4o-mini]"
 GPT_4O_MINI_PRICE = (0.15, 0.6)  # USD per 1M input / output tokens (config/paper.yaml)
 
-# Where the paper's printed numbers do not agree with each other (see docs/FIDELITY.md, CDV P-notes).
+# Where the paper's printed numbers do not agree with each other (docs/FIDELITY.md, CDV "Published values").
 KNOWN_INCONSISTENCIES = {
     "Figure 3 Average acc_original 0.843 != mean of the seven rows 0.845",
     "Figure 3 Average acc_elaborated 0.757 != mean of the seven rows 0.751",

@@ -13,6 +13,7 @@ from stressprobe.cdv.search_report import (
     agreement_table,
     depth_counts,
     depth_figure,
+    mean_pairwise_agreement,
     perturbable_sets,
     search_quality_columns,
     value_ablation_table,
@@ -65,6 +66,11 @@ def test_agreement_of_perturbable_questions_between_victims(tmp_path):
     pair = table.loc[("v1", "v2")]
     assert pair["common"] == 3 and pair["jaccard"] == pytest.approx(1 / 3)
     assert pair["agreement"] == pytest.approx(1 / 3)
+    # Figure 4's cells: A=1 B=1 (q1), A=1 B=0 (q0), A=0 B=1 (q2), A=0 B=0 (none), in percent
+    confusion = [pair[f"pct_{c}"] for c in ("both", "a_only", "b_only", "neither")]
+    assert confusion == pytest.approx([100 / 3, 100 / 3, 100 / 3, 0.0])
+    assert pair["pct_both"] + pair["pct_neither"] == pytest.approx(100 * pair["agreement"])
+    assert mean_pairwise_agreement(agreement_table(paths)) == pytest.approx(1 / 3)  # the one distinct pair
     assert table.loc[("v1", "v1"), "jaccard"] == 1.0
     # With the originals the victim already fails, v2's q3 counts as perturbable and searched.
     with_originals = perturbable_sets(paths, with_originals=True)

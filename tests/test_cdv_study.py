@@ -17,6 +17,7 @@ from stressprobe.errors import StressprobeError
 from tests.support.cdv_scripted import ScriptedModel, make_item
 
 SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
+PRICE = {"prompt_per_1m": 0.15, "completion_per_1m": 0.6}  # GPT-4o-mini's
 
 FIGURE_OPTIONS = {"figure_width_in": 3.5, "font_size": 7, "panel_columns": 2, "dpi": 80}
 
@@ -358,6 +359,10 @@ def test_study_figures_draw_from_their_tables(study, tmp_path):
         ),
         ({"classifier": {"prompt_models": ["nope"]}}, "classifier.prompt_models[0]"),
         ({"classifier": {"cost_study": {"enabled": True, "proxy": "nope"}}}, "classifier.cost_study.proxy"),
+        ({"classifier": {"table2": {"victims": ["nope"]}}}, "classifier.table2.victims[0]"),
+        ({"dpo": {"compare_models": ["nope"]}}, "dpo.compare_models[0]"),
+        ({"benchmark": {"models": ["nope"]}}, "benchmark.models[0]"),
+        ({"eval": {"model_max_tokens": {"nope": 10}}}, "eval.model_max_tokens.nope"),
     ],
 )
 def test_an_unknown_model_in_the_experiments_is_a_one_line_config_error(cdv, key):
@@ -367,3 +372,87 @@ def test_an_unknown_model_in_the_experiments_is_a_one_line_config_error(cdv, key
     config = {"cdv": cdv}  # the default registry: the demo model
     with pytest.raises(StressprobeError, match=rf"cdv\.{re.escape(key)}': model 'nope'"):
         validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
+
+
+def test_table3_cost_is_per_perturbed_question_with_the_relative_changes(tmp_path):
+    fragile = [q for q in _items(8) if "fragile" in q["question"]]
+    paths = []
+    for selection, items in (("selected", fragile), ("random", _items(8))):
+        states = run_search(items, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+        records = search_records(states)
+        path = tmp_path / f"results/cdv/toy.{selection}/p/v/search.summary.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps(summarize_search(records, {"proxy": PRICE, "semantic": PRICE, "victim": PRICE}))
+        )
+        paths.append(str(path))
+    table = paper_report.filter_cost_table(paths).set_index(["dataset", "selection"])
+    row, base = table.loc[("all", "with_filter")], table.loc[("all", "without_filter")]
+    # the caption's Cost/Ques.: total cost / successfully perturbed questions (not / questions with one)
+    assert row["perturbed_questions"] > row["with_success"]
+    assert row["usd_per_perturbed_question"] == pytest.approx(row["usd"] / row["perturbed_questions"])
+    expected = (row["input_tokens"] * 0.15 + row["output_tokens"] * 0.6) / 1e6
+    assert row["usd"] == pytest.approx(expected)
+    assert row["success_rate_relative_increase"] == pytest.approx(
+        row["success_rate"] / base["success_rate"] - 1
+    )
+    assert pd.isna(base["success_rate_relative_increase"])
+
+
+def test_table2_filters_other_victims_searches_with_the_classifiers_scores():
+    from stressprobe.cdv.classifier import transfer_effect
+
+    def root(qid, flag=None):
+        return {"qid": qid, "depth": 0, "status": "root", "flag": flag}
+
+    def success(qid):
+        return {"qid": qid, "depth": 1, "status": "success", "flag": None}
+
+    records = [
+        root("a"),
+        success("a"),
+        root("b"),
+        root("c"),
+        success("c"),
+        root("d"),
+        root("e", "victim_fails_original"),
+    ]
+    scores = {"a": 0.9, "b": 0.2, "c": 0.6}  # d unscored: kept and counted
+    (row,) = transfer_effect([({"dataset": "X", "proxy": "v", "victim": "v"}, records)], scores, 0.5)
+    assert (row["searched"], row["successes"], row["kept"], row["kept_successes"], row["unscored"]) == (
+        4,
+        2,
+        3,
+        2,
+        1,
+    )
+    assert row["success_rate_without_filter"] == 0.5 and row["success_rate_with_filter"] == pytest.approx(
+        2 / 3
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c["classifier"].update(filter_with="lora:org/absent"),
+            r"cdv\.classifier\.filter_with: lora:org/absent is not one of cdv\.classifier\.lora\.base_models",
+        ),
+        (
+            lambda c: c["classifier"]["table2"].update(victims=["llama-3.1-8b"]),
+            r"cdv\.classifier\.table2\.victims: llama-3\.1-8b has no self-search cell",
+        ),
+    ],
+)
+def test_a_filter_or_table2_the_grid_cannot_serve_is_a_one_line_error(tmp_path, change, message):
+    import yaml
+
+    from bench.bench_dag import PAPER_CONFIG, dry_run, make_paper_workdir
+
+    config = yaml.safe_load(PAPER_CONFIG.read_text(encoding="utf-8"))
+    change(config["cdv"])
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc, _, _ = dry_run(make_paper_workdir(tmp_path / "work"), config_path=path)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0 and len(errors) == 1 and re.search(message, errors[0]), proc.stderr[-2000:]

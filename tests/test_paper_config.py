@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 import yaml
 
 from bench.bench_dag import LIMIT_S, PAPER_CONFIG, dry_run, job_counts, make_paper_workdir
+from stressprobe.cdv.classifier import study_splits
 from stressprobe.config import validate_config
 from tests.support.helpers import ROOT
 
@@ -64,7 +66,8 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["summarize"] == len(judging["datasets"])
     pairs = {(c["proxy"], c["victim"]) for e in cdv["experiments"].values() for c in e["cells"]}
     search_cells = len(cdv["datasets"]) * len(pairs)
-    cost_cells = len(cdv["datasets"]) * 2  # classifier-selected and random questions (Table 3)
+    # classifier-selected (LoRA), random and MiniLM-selected questions (Table 3)
+    cost_cells = len(cdv["datasets"]) * 3
     # vLLM evaluators answer every cell of a dataset in one job (one model load), the others one job per cell;
     # those that also search themselves are served side by side with their searches by one job per dataset.
     vllm_evaluated = [m for m in cdv["eval_models"] if m in vllm]
@@ -79,10 +82,16 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["cdv_baselines"] == search_cells
     # One nested subsample per (dataset, sample size): 100 (self-search) and 300 (scale-up).
     assert jobs["cdv_subsample"] == len(cdv["datasets"]) * 2
-    assert jobs["cdv_filter_select"] == len(cdv["datasets"])
-    assert jobs["cdv_classifier"] == 1 and jobs["cdv_dpo_export"] == 1 and jobs["cdv_dpo_train"] == 1
-    # experiments, classifier study, filter cost, DPO, vs_paper
-    assert jobs["cdv_study_table"] == 5
+    assert jobs["cdv_filter_select"] == cost_cells
+    # the four LoRA classifiers (Table 7) and Table 2's filter on four victims' self-searches
+    assert jobs["cdv_classifier_lora"] == len(cdv["classifier"]["lora"]["base_models"]) == 4
+    assert jobs["cdv_classifier_transfer"] == 1
+    assert jobs["cdv_classifier"] == 1 and jobs["cdv_dpo_export"] == 1
+    # Table 5: one DPO training per base model; the comparison models on the held-out split
+    assert jobs["cdv_dpo_train"] == len(cdv["dpo"]["base_models"]) == 3
+    assert jobs["cdv_benchmark"] == len(cdv["dpo"]["compare_models"]) == 3
+    # experiments, classifier study, filter cost, Table 2, DPO, benchmark, vs_paper
+    assert jobs["cdv_study_table"] == 7
     assert jobs["cdv_study_figure"] == 2  # Figures 2/6 (experiments) and 5 (classifier study)
     # Downloads are jobs of the DAG, not work done while it is built.
     assert jobs["prepare_dataset"] == len(judging["datasets"])
@@ -134,7 +143,7 @@ def test_the_classifier_job_is_a_gpu_job_when_a_prompt_classifier_runs_on_vllm(p
     vllm = [m for m in paper["cdv"]["classifier"]["prompt_models"] if models[m]["backend"] == "vllm"]
     assert vllm  # the study's prompt-based classifiers include open models
     # They load one after another: the largest decides the GPUs.
-    assert int(resources["gpu"]) == max(models[m]["gpus"] for m in vllm) == 4
+    assert int(resources["gpu"]) == max(models[m]["gpus"] for m in vllm) == 2  # Gemma-2-27B
     assert int(resources["mem_mb"]) == paper["resources"]["llm_gpu"]["mem_mb"]
 
 
@@ -196,14 +205,47 @@ def test_cdv_experiments_are_the_papers(paper):
     # (e) labels from the scale-up cell, 80/10/10; prompt classifiers; the cost experiment
     classifier = cdv["classifier"]
     assert classifier["label_cells"] == scale_up["cells"]
-    assert (classifier["validation_fraction"], classifier["test_fraction"]) == (0.1, 0.1)
-    assert set(classifier["prompt_models"]) == SEVEN and classifier["kind"] == "trained"
+    # section 4.3: 1,080 train + validation (validation 10 % of the training set) and 120 test
+    splits = Counter(
+        study_splits(
+            [str(i) for i in range(1200)], classifier["validation_fraction"], classifier["test_fraction"], 0
+        ).values()
+    )
+    assert (splits["train"] + splits["validation"], splits["validation"], splits["test"]) == (1080, 108, 120)
+    assert classifier["prompt_models"] == [
+        "gpt-4o-mini",
+        "gpt-4o",
+        "llama-3.1-8b",
+        "gemma-2-27b",
+        "gemma-2-2b",
+        "qwen2.5-1.5b",
+        "qwen2.5-7b",
+    ]
+    assert classifier["kind"] == "trained"  # the MiniLM classifier: the CPU default, an extra row
+    assert classifier["lora"]["enabled"] and classifier["lora"]["base_models"] == [
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "google/gemma-2-2b-it",
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        "Qwen/Qwen2.5-7B-Instruct",
+    ]
+    assert classifier["filter_with"] == "lora:meta-llama/Llama-3.1-8B-Instruct"
+    assert classifier["table2"]["victims"] == ["gpt-4o", "gemma-2-27b", "llama-3.1-70b", "qwen2.5-72b"]
     assert classifier["cost_study"]["enabled"] and classifier["cost_study"]["n"] * len(cdv["datasets"]) == 100
     assert (classifier["lora"]["learning_rate"], classifier["lora"]["epochs"]) == (1e-4, 5)
     # (f) DPO: 80/10/20 by question, lr 2e-4, 5 epochs, sigmoid
     dpo = cdv["dpo"]
     assert dpo["train"] and (dpo["test_fraction"], dpo["validation_fraction"]) == (0.2, 0.1)
     assert (dpo["learning_rate"], dpo["epochs"], dpo["loss_type"]) == (2e-4, 5, "sigmoid")
+    assert dpo["base_models"] == [
+        "google/gemma-2-2b-it",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "microsoft/Phi-3.5-mini-instruct",
+    ]
+    assert set(dpo["compare_models"]) == {"gpt-4o", "gpt-4o-mini", "qwen2.5-72b"}
+    # evaluated as the paper evaluates: 0.001 and 1,024 tokens (o1-mini's limit counts its reasoning)
+    assert (dpo["eval_temperature"], dpo["eval_max_tokens"]) == (0.001, 1024)
+    assert (cdv["eval"]["temperature"], cdv["eval"]["max_tokens"]) == (0.001, 1024)
+    assert cdv["eval"]["model_max_tokens"]["o1-mini"] > 1024
     # reasoning model and non-OpenAI model through OpenAI-compatible endpoints
     assert models["o1-mini"]["token_limit_param"] == "max_completion_tokens"
     assert "temperature" in models["o1-mini"]["unsupported_params"]
@@ -233,9 +275,11 @@ def test_cost_experiment_searches_selected_and_random_questions(workdir):
     proc, _, _ = dry_run(workdir, "results/tables/cdv_filter_cost.csv")
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = proc.stdout + proc.stderr
-    for selection in ("selected", "random"):
+    for selection in ("selected", "random", "minilm"):
         assert f"results/cdv/data/MMLU.{selection}.jsonl" in out
         assert f"results/cdv/MMLU.{selection}/gpt-4o-mini/gpt-4o-mini/search.summary.json" in out
+    # the fine-tuned classifier's scores select; the MiniLM classifier's pool is the extra row's
+    assert "results/cdv/classifier/lora/meta-llama__Llama-3.1-8B-Instruct.pool.jsonl" in out
     assert "results/cdv/classifier/pool.jsonl" in out
 
 

@@ -119,3 +119,15 @@ def cdv_experiment_models(cdv: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for role in ("proxy", "victim"):
         if cost.get(role):
             yield f"cdv.classifier.cost_study.{role}", cost[role]
+    for i, victim in enumerate((classifier.get("table2") or {}).get("victims", [])):
+        yield f"cdv.classifier.table2.victims[{i}]", victim
+    human = cdv.get("human_eval") or {}
+    for role in ("proxy", "victim"):
+        if human.get(role):
+            yield f"cdv.human_eval.{role}", human[role]
+    for i, model in enumerate(cdv.get("dpo", {}).get("compare_models", [])):
+        yield f"cdv.dpo.compare_models[{i}]", model
+    for i, model in enumerate(cdv.get("benchmark", {}).get("models", [])):
+        yield f"cdv.benchmark.models[{i}]", model
+    for model in sorted(cdv.get("eval", {}).get("model_max_tokens", {})):
+        yield f"cdv.eval.model_max_tokens.{model}", model

@@ -159,7 +159,7 @@ rule cdv_eval:
         **llm_resources(cell_model),
     params:
         models=lambda w: cdv_models_of([w.model]),
-        max_tokens=config["cdv"]["eval"]["max_tokens"],
+        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=False,
@@ -188,7 +188,7 @@ rule cdv_mitigation:
         **llm_resources(cell_model),
     params:
         models=lambda w: cdv_models_of([w.model]),
-        max_tokens=config["cdv"]["eval"]["max_tokens"],
+        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=True,
@@ -224,7 +224,7 @@ rule cdv_eval_vllm:
     params:
         models=lambda w: cdv_models_of([w.model]),
         cells=cdv_group_cells(),
-        max_tokens=config["cdv"]["eval"]["max_tokens"],
+        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         seed=config["seed"],

@@ -38,9 +38,12 @@ rule cdv_classifier:
 rule cdv_classifier_lora:
     input:
         predictions="results/cdv/classifier/predictions.jsonl",
+        # The unlabelled questions, scored too: the cost experiment's selection when this one filters.
+        pool="results/cdv/classifier/pool.jsonl",
         questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
     output:
-        "results/cdv/classifier/lora/{lora}.json",
+        scores="results/cdv/classifier/lora/{lora}.json",
+        pool="results/cdv/classifier/lora/{lora}.pool.jsonl",
     log:
         "results/logs/cdv/classifier_lora/{lora}.log",
     benchmark:
@@ -62,15 +65,15 @@ rule cdv_classifier_lora:
 
 rule cdv_filter_select:
     input:
-        pool="results/cdv/classifier/pool.jsonl",
+        pool=lambda w: cdv_selection_pool(w.selection),
         questions=CDV_QUESTIONS,
     output:
-        selected="results/cdv/data/{dataset}.selected.jsonl",
-        random="results/cdv/data/{dataset}.random.jsonl",
+        "results/cdv/data/{dataset}.{selection}.jsonl",
     log:
-        "results/logs/cdv/filter_select/{dataset}.log",
+        "results/logs/cdv/filter_select/{dataset}.{selection}.log",
     wildcard_constraints:
         dataset=cdv_dataset_pattern(),
+        selection=_alternation(cdv_cost_selections()),
     localrule: True
     conda:
         "../../envs/analysis.yaml"
@@ -78,7 +81,52 @@ rule cdv_filter_select:
         **config["resources"]["small"],
     params:
         study=cdv_cost_study(),
+        # A selection other than `random` keeps what its pool's classifier keeps.
+        draw=lambda w: "random" if w.selection == "random" else "selected",
         threshold=config["cdv"]["classifier"]["threshold"],
         seed=config["seed"],
     script:
         "../../scripts/cdv_filter_select.py"
+
+
+# Table 2: the filtering classifier's effect on other victims' self-search cells.
+rule cdv_classifier_transfer:
+    input:
+        scores=cdv_filter_scores(),
+        searches=[f"{cdv_cell_dir(*c)}/search.jsonl" for c in cdv_table2_cells()],
+    output:
+        "results/cdv/classifier/transfer.json",
+    log:
+        "results/logs/cdv/classifier_transfer.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        threshold=config["cdv"]["classifier"]["threshold"],
+    script:
+        "../../scripts/cdv_classifier_transfer.py"
+
+
+# Table 7 from the authors' released labels instead of new searches.
+rule cdv_classifier_release:
+    input:
+        train=config["cdv"]["classifier"]["release"]["train"] or [],
+        test=config["cdv"]["classifier"]["release"]["test"] or [],
+    output:
+        "results/cdv/classifier/release.json",
+    log:
+        "results/logs/cdv/classifier_release.log",
+    benchmark:
+        "results/benchmarks/cdv/classifier_release.tsv"
+    conda:
+        "../../envs/data.yaml"
+    threads: config["embedding"]["threads"]
+    resources:
+        **config["resources"]["embedding"],
+    params:
+        embedding=config["embedding"],
+        threshold=config["cdv"]["classifier"]["threshold"],
+    script:
+        "../../scripts/cdv_classifier_release.py"

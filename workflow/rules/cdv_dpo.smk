@@ -1,4 +1,9 @@
-# CDV mitigation by preference training (section 5, Table 5): DPO pairs from the searches, then training.
+# CDV mitigation by preference training (Table 5): DPO pairs from the searches, one training per base model,
+# and the search-free benchmark: any registry model on a file of perturbed questions (the DPO held-out
+# split for Table 5's comparison rows, or a file the user names in `cdv.benchmark.files`).
+
+
+include: "functions/cdv_dpo.smk"
 
 
 rule cdv_dpo_export:
@@ -6,6 +11,8 @@ rule cdv_dpo_export:
         perturbed=cdv_cell_files("perturbed.jsonl"),
         searches=cdv_cell_files("search.jsonl"),
         evals=cdv_eval_files("eval"),
+        # The held-out questions' originals, for Retain on the originals.
+        questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
     output:
         train="results/cdv/dpo/train.jsonl",
         validation="results/cdv/dpo/validation.jsonl",
@@ -32,11 +39,13 @@ rule cdv_dpo_train:
         validation="results/cdv/dpo/validation.jsonl",
         heldout="results/cdv/dpo/heldout.jsonl",
     output:
-        done="results/cdv/dpo/model/done.json",
+        done="results/cdv/dpo/model/{dpo_model}/done.json",
     log:
-        "results/logs/cdv/dpo_train.log",
+        "results/logs/cdv/dpo_train/{dpo_model}.log",
     benchmark:
-        "results/benchmarks/cdv/dpo_train.tsv"
+        "results/benchmarks/cdv/dpo_train/{dpo_model}.tsv"
+    wildcard_constraints:
+        dpo_model=_alternation(cdv_dpo_models()),
     conda:
         "../../envs/dpo.yaml"
     resources:
@@ -44,7 +53,36 @@ rule cdv_dpo_train:
         mem_mb=32000,
         runtime=720,
     params:
+        base_model=lambda w: cdv_dpo_models()[w.dpo_model],
         settings=config["cdv"]["dpo"],
         seed=config["seed"],
     script:
         "../../scripts/cdv_dpo_train.py"
+
+
+rule cdv_benchmark:
+    input:
+        questions=lambda w: cdv_benchmark_files()[w.benchmark],
+    output:
+        records="results/cdv/benchmark/{benchmark}/{model}.jsonl",
+        usage="results/cdv/benchmark/{benchmark}/{model}.usage.json",
+    log:
+        "results/logs/cdv/benchmark/{benchmark}/{model}.log",
+    benchmark:
+        "results/benchmarks/cdv/benchmark/{benchmark}/{model}.tsv"
+    wildcard_constraints:
+        benchmark=_alternation(cdv_benchmark_files()),
+        model=CDV_NAME_RE,
+    conda:
+        llm_env(cell_model)
+    threads: llm_threads(cell_model)
+    resources:
+        **llm_resources(cell_model),
+    params:
+        models=lambda w: cdv_models_of([w.model]),
+        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
+        temperature=lambda w: cdv_eval_temperature(w.model),
+        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_benchmark.py"

@@ -104,3 +104,25 @@ rule cdv_study_figure:
         figure=analysis_figure_options(),
     script:
         "../../scripts/cdv_study_figure.py"
+
+
+# Appendix B: the human evaluation's sheet of original/perturbed pairs, for people to fill (Table 8 is
+# the study table cdv_human_eval, read from the filled sheets named in `cdv.human_eval.filled`).
+rule cdv_human_export:
+    input:
+        perturbed=[f"{cdv_cell_dir(*c)}/perturbed.jsonl" for c in cdv_human_cells()],
+        questions=[CDV_QUESTIONS.format(dataset=d) for d, _, _ in cdv_human_cells()],
+    output:
+        "results/cdv/human_eval/sheet.csv",
+    log:
+        "results/logs/cdv/human_export.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        n=config["cdv"]["human_eval"]["n"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_human_export.py"

@@ -308,3 +308,33 @@ def run_classifier(
         {"qid": q, "dataset": questions[q].get("dataset"), "p": pool_scores.get(q, 1.0)} for q in pool_qids
     ]
     return rows, metrics, pool
+
+
+def transfer_effect(
+    searches: list[tuple[dict[str, str], list[dict[str, Any]]]], scores: dict[str, float], threshold: float
+) -> list[dict[str, Any]]:
+    """Table 2: per victim, pooled over its cells, the search success rate on every searched question and
+    on those the classifier keeps (p >= threshold). Success and searched as the classifier's labels count
+    them (an original the victim already fails is neither); a question without a score is kept and counted
+    (`unscored`), never dropped."""
+    by_victim: dict[str, dict[str, int]] = {}
+    for cell, records in searches:
+        total = by_victim.setdefault(
+            cell["victim"], {"searched": 0, "successes": 0, "kept": 0, "kept_successes": 0, "unscored": 0}
+        )
+        for qid, label in outcome_labels(records).items():
+            keep = scores.get(qid, 1.0) >= threshold
+            total["searched"] += 1
+            total["successes"] += label
+            total["kept"] += keep
+            total["kept_successes"] += label * keep
+            total["unscored"] += qid not in scores
+    return [
+        {
+            "victim": victim,
+            **t,
+            "success_rate_without_filter": t["successes"] / t["searched"] if t["searched"] else None,
+            "success_rate_with_filter": t["kept_successes"] / t["kept"] if t["kept"] else None,
+        }
+        for victim, t in sorted(by_victim.items())
+    ]

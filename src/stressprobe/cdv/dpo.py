@@ -88,31 +88,47 @@ def trl_rows(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def heldout_questions(
-    dataset: str, perturbed: list[dict[str, Any]], groups: set[str]
+    dataset: str,
+    perturbed: list[dict[str, Any]],
+    groups: set[str],
+    originals: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The perturbed questions of the held-out groups, as the trained model is asked them."""
-    return [
-        {
+    """The perturbed questions of the held-out groups, as the trained model is asked them, with their
+    options (a benchmark file: stressprobe.cdv.benchmark) and, when `originals` (qid -> question) has it,
+    the original question's prompt (Retain on the originals, Table 5)."""
+    rows = []
+    for p in perturbed:
+        if f"{dataset}/{p['qid']}" not in groups:
+            continue
+        row = {
             "group": f"{dataset}/{p['qid']}",
             "node_id": p["node_id"],
+            "question": p["question"],
+            "choices": p["choices"],
             "prompt": _conversation(victim_messages(p["question"], p["choices"])),
             "n_choices": len(p["choices"]),
             "answer_index": p["answer_index"],
         }
-        for p in perturbed
-        if f"{dataset}/{p['qid']}" in groups
-    ]
+        original = (originals or {}).get(p["qid"])
+        if original is not None:
+            row["original_prompt"] = _conversation(victim_messages(original["question"], original["choices"]))
+        rows.append(row)
+    return rows
 
 
 def before_after(before: list[bool], after: list[bool]) -> dict[str, float | int | None]:
     """Table 5's columns from per-question correctness before and after training.
 
-    retain: share of the questions answered wrong before that are still wrong after (the issue's
-    definition); kept_correct: share of those answered right before that are still right.
+    retain: share of the questions answered wrong before that are still wrong after (Table 5's caption);
+    it cannot exceed (1 - after) / (1 - before), which all three printed Retains do, so two other readings
+    are reported beside it: kept_correct (share of those right before still right after) and
+    wrong_after_was_wrong (share of the wrong answers after training that were wrong before too).
     """
     n = len(before)
-    wrong_before = [a for b, a in zip(before, after, strict=True) if not b]
-    right_before = [a for b, a in zip(before, after, strict=True) if b]
+    pairs = list(zip(before, after, strict=True))
+    wrong_before = [a for b, a in pairs if not b]
+    right_before = [a for b, a in pairs if b]
+    wrong_after = [b for b, a in pairs if not a]
     acc_before = sum(before) / n if n else None
     acc_after = sum(after) / n if n else None
     return {
@@ -122,6 +138,7 @@ def before_after(before: list[bool], after: list[bool]) -> dict[str, float | int
         "difference": None if n == 0 else acc_after - acc_before,
         "retain": sum(not a for a in wrong_before) / len(wrong_before) if wrong_before else None,
         "kept_correct": sum(right_before) / len(right_before) if right_before else None,
+        "wrong_after_was_wrong": sum(not b for b in wrong_after) / len(wrong_after) if wrong_after else None,
     }
 
 
@@ -131,23 +148,29 @@ def answer_correct(text: str, question: dict[str, Any]) -> bool:
 
 
 def generate_answers(
-    model: Any, tokenizer: Any, questions: list[dict[str, Any]], max_tokens: int
-) -> list[str]:
-    """Greedy answers of a transformers causal LM to chat prompts (one at a time: no padding questions)."""
+    model: Any, tokenizer: Any, prompts: list[list[dict[str, str]]], max_tokens: int, temperature: float
+) -> list[dict[str, Any]]:
+    """Answers of a transformers causal LM to chat prompts (one at a time: no padding questions), at the
+    evaluation temperature (0 = greedy); `truncated` when the answer used all `max_tokens`."""
     import torch
 
-    texts = []
+    answers = []
     model.eval()
-    for question in questions:
+    sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+    for prompt in prompts:
         ids = tokenizer.apply_chat_template(
-            question["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True
+            prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
+        ids = {k: v.to(model.device) for k, v in ids.items()}
         with torch.no_grad():
             output = model.generate(
-                **ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+                **ids, max_new_tokens=max_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
             )
-        texts.append(tokenizer.decode(output[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
-    return texts
+        new = output[0, ids["input_ids"].shape[1] :]
+        answers.append(
+            {"text": tokenizer.decode(new, skip_special_tokens=True), "truncated": len(new) >= max_tokens}
+        )
+    return answers
 
 
 def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides: Any) -> Any:
@@ -171,6 +194,32 @@ def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides
     return DPOConfig(**arguments)
 
 
+def _answer_all(model: Any, tokenizer: Any, heldout: list[dict[str, Any]], settings: dict[str, Any]):
+    """Answers to the held-out perturbed questions and, where known, to their originals."""
+    ask = {"max_tokens": settings["eval_max_tokens"], "temperature": settings["eval_temperature"]}
+    perturbed = generate_answers(model, tokenizer, [q["prompt"] for q in heldout], **ask)
+    with_original = [q for q in heldout if "original_prompt" in q]
+    originals = generate_answers(model, tokenizer, [q["original_prompt"] for q in with_original], **ask)
+    return perturbed, dict(zip([q["node_id"] for q in with_original], originals, strict=True))
+
+
+def _evaluation(heldout, before, after, originals_before, originals_after) -> dict[str, Any]:
+    """Table 5's row on the perturbed questions, Retain on the originals, and the truncation counts."""
+    correct_before = [answer_correct(a["text"], q) for a, q in zip(before, heldout, strict=True)]
+    correct_after = [answer_correct(a["text"], q) for a, q in zip(after, heldout, strict=True)]
+    evaluation = before_after(correct_before, correct_after)
+    known = [q for q in heldout if q["node_id"] in originals_before]
+    on_originals = before_after(
+        [answer_correct(originals_before[q["node_id"]]["text"], q) for q in known],
+        [answer_correct(originals_after[q["node_id"]]["text"], q) for q in known],
+    )
+    evaluation["n_originals"] = on_originals["n"]
+    evaluation["retain_original"] = on_originals["retain"]
+    evaluation["truncated_before"] = sum(a["truncated"] for a in before)
+    evaluation["truncated_after"] = sum(a["truncated"] for a in after)
+    return evaluation
+
+
 def train_and_evaluate(
     model: Any,
     tokenizer: Any,
@@ -188,7 +237,7 @@ def train_and_evaluate(
     from datasets import Dataset
     from trl import DPOTrainer
 
-    before = generate_answers(model, tokenizer, heldout, settings["eval_max_tokens"])
+    before, originals_before = _answer_all(model, tokenizer, heldout, settings)
     peft_config = None
     if settings.get("lora_rank"):
         from peft import LoraConfig
@@ -207,16 +256,14 @@ def train_and_evaluate(
         peft_config=peft_config,
     )
     trainer.train()
-    after = generate_answers(trainer.model, tokenizer, heldout, settings["eval_max_tokens"])
-    correct_before = [answer_correct(t, q) for t, q in zip(before, heldout, strict=True)]
-    correct_after = [answer_correct(t, q) for t, q in zip(after, heldout, strict=True)]
+    after, originals_after = _answer_all(trainer.model, tokenizer, heldout, settings)
     return {
-        "evaluation": before_after(correct_before, correct_after),
+        "evaluation": _evaluation(heldout, before, after, originals_before, originals_after),
         "train_pairs": len(train),
         "validation_pairs": len(validation),
         "log_history": trainer.state.log_history,
         "answers": [
-            {"node_id": q["node_id"], "before": b, "after": a}
+            {"node_id": q["node_id"], "before": b["text"], "after": a["text"]}
             for q, b, a in zip(heldout, before, after, strict=True)
         ],
         "trainer": trainer,

@@ -14,8 +14,12 @@ import random
 from typing import Any
 
 # The cost experiment (Table 3) searches two question sets per dataset, kept apart from the study's
-# datasets by a suffix: `MMLU.selected` (the classifier keeps them) and `MMLU.random`.
+# datasets by a suffix: `MMLU.selected` (the filtering classifier keeps them) and `MMLU.random`; with a
+# fine-tuned classifier filtering, `MMLU.minilm` (the MiniLM classifier keeps them) can be a third.
 SELECTIONS = ("selected", "random")
+MINILM = "minilm"
+# Table 3's rows by selection.
+SELECTION_ROWS = {"selected": "with_filter", "random": "without_filter", MINILM: "with_filter_minilm"}
 
 
 def nested_sample(items: list[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:

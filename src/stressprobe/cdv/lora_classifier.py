@@ -7,6 +7,7 @@ AutoModelForSequenceClassification / Trainer and peft's LoraConfig(task_type="SE
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from stressprobe.cdv.classifier import classifier_metrics
@@ -29,10 +30,12 @@ def train_lora_classifier(
     settings: dict[str, Any],
     output_dir: str,
     seed: int,
+    extra_qids: Sequence[str] = (),
     **overrides: Any,
 ) -> dict[str, float]:
     """Fine-tune `model` (a sequence-classification model with 2 labels) with LoRA on the training split and
-    return p(perturbable) for every labelled question. `overrides` go to TrainingArguments (tests)."""
+    return p(perturbable) for every labelled question and every one of `extra_qids` (the unlabelled pool).
+    `overrides` go to TrainingArguments (tests)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
@@ -69,7 +72,7 @@ def train_lora_classifier(
     trainer.train()
     model.eval()
     scores = {}
-    for qid in sorted({r["qid"] for r in rows}):
+    for qid in sorted({r["qid"] for r in rows} | set(extra_qids)):
         inputs = tokenizer(questions[qid]["question"], return_tensors="pt", truncation=True)
         inputs = {k: v.to(model.device) for k, v in inputs.items()}
         with torch.no_grad():

@@ -16,7 +16,7 @@ import pandas as pd
 
 from stressprobe.cdv import cell_of
 from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accuracy
-from stressprobe.cdv.experiments import experiment_qids
+from stressprobe.cdv.experiments import SELECTION_ROWS, experiment_qids
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
 
@@ -58,7 +58,10 @@ def experiments_table(
                     "acc_original": original,
                     "acc_original_paired": paired,
                     "acc_perturbed": perturbed,
-                    "delta": None if paired is None or perturbed is None else paired - perturbed,
+                    # Table 1's Delta is its Original column minus its Perturbed column (checked on the
+                    # printed values); the paired one is beside it.
+                    "delta": None if original is None or perturbed is None else original - perturbed,
+                    "delta_paired": None if paired is None or perturbed is None else paired - perturbed,
                     # Figure 3's baselines on the same sample (absent when baselines are off)
                     "acc_elaborated": _accuracy(records, "elaborated"),
                     "acc_prompt_only": _accuracy(records, "prompt_only"),
@@ -91,13 +94,23 @@ def classifier_study_table(metrics_path: str, lora_paths: list[str] | None = Non
     return pd.DataFrame(rows)
 
 
-def _per_success(total: float, successes: int) -> float | None:
-    return total / successes if successes else None
+def _per(total: float, count: int) -> float | None:
+    return total / count if count else None
+
+
+def _summed(summaries: list[dict[str, Any]], key: str) -> int:
+    return sum(s.get(key, 0) for s in summaries)
 
 
 def filter_cost_table(summary_paths: list[str]) -> pd.DataFrame:
-    """Table 3: search success rate, and tokens and USD per perturbed question, on the classifier-selected
-    questions (with filter) and on random ones (without), per dataset and pooled."""
+    """Table 3, per selection (with the filter, without, and the MiniLM classifier's extra row), per dataset
+    and pooled: input and output tokens, perturbed questions (successful perturbations, the caption's Pert.
+    Ques.), the success rate, and USD per perturbed question = the searches' total cost / perturbed
+    questions (at GPT-4o-mini's prices the paper's $0.0082 and $0.0064 are exactly total / 175 and / 236).
+
+    Already-failed originals are counted one way in every table (stressprobe.cdv.search_report.
+    success_rates): `success_rate` leaves them out of both counts; `success_rate_with_originals` counts them
+    as successes (Algorithm 1 puts them in L) among all questions."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in summary_paths:
         cell = cell_of(path, 1)
@@ -107,29 +120,120 @@ def filter_cost_table(summary_paths: list[str]) -> pd.DataFrame:
         groups.setdefault((ALL, selection), []).append(summary)
     rows = []
     for (dataset, selection), summaries in sorted(groups.items()):
-        questions = sum(s["questions"] for s in summaries)
-        successes = sum(s["questions_with_success"] for s in summaries)
-        tokens, cost = sum(s["tokens_total"] for s in summaries), sum(s["cost_usd"] for s in summaries)
+        questions, filtered = _summed(summaries, "questions"), _summed(summaries, "classifier_filtered")
+        searched = questions - filtered - _summed(summaries, "flagged_original_fails")
+        successes = _summed(summaries, "questions_with_success")
+        perturbed = _summed(summaries, "successful_perturbations")
+        cost = _summed(summaries, "cost_usd")
+        tokens = {
+            kind: sum(u[kind] for s in summaries for u in s["requests"].values())
+            for kind in ("prompt", "completion")
+        }
         rows.append(
             {
                 "dataset": dataset,
-                "selection": "with_filter" if selection == "selected" else "without_filter",
+                "selection": SELECTION_ROWS[selection],
                 "questions": questions,
+                "already_failed": _summed(summaries, "flagged_original_fails"),
                 "with_success": successes,
-                "success_rate": successes / questions if questions else None,
-                "tokens": tokens,
+                "success_rate": _per(successes, searched),
+                "success_rate_with_originals": _per(
+                    _summed(summaries, "questions_with_success_with_originals"), questions - filtered
+                ),
+                "input_tokens": tokens["prompt"],
+                "output_tokens": tokens["completion"],
+                "perturbed_questions": perturbed,
                 "usd": cost,
-                "tokens_per_perturbed_question": _per_success(tokens, successes),
-                "usd_per_perturbed_question": _per_success(cost, successes),
+                "tokens_per_perturbed_question": _per(tokens["prompt"] + tokens["completion"], perturbed),
+                "usd_per_perturbed_question": _per(cost, perturbed),
             }
         )
+    table = pd.DataFrame(rows)
+    return _relative_to_random(table) if not table.empty else table
+
+
+def _relative_to_random(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 3's arrows: each filtered row's success rate and cost relative to the random row's."""
+    base = table[table["selection"] == "without_filter"].set_index("dataset")
+
+    def relative(row: pd.Series, column: str, sign: int) -> float | None:
+        if row["dataset"] not in base.index or row["selection"] == "without_filter":
+            return None
+        reference = base.loc[row["dataset"], column]
+        if reference is None or pd.isna(reference) or not reference or pd.isna(row[column]):
+            return None
+        return sign * (row[column] / reference - 1)
+
+    return table.assign(
+        success_rate_relative_increase=table.apply(relative, axis=1, args=("success_rate", 1)),
+        usd_per_perturbed_question_relative_decrease=table.apply(
+            relative, axis=1, args=("usd_per_perturbed_question", -1)
+        ),
+    )
+
+
+def transfer_table(path: str) -> pd.DataFrame:
+    """Table 2: per victim, the search success rate without and with the filtering classifier."""
+    return pd.DataFrame(json.loads(Path(path).read_text(encoding="utf-8"))["rows"])
+
+
+def release_table(path: str) -> pd.DataFrame:
+    """Table 7 on the authors' released labels (the Baseline row and the MiniLM classifier)."""
+    result = json.loads(Path(path).read_text(encoding="utf-8"))
+    return pd.DataFrame(
+        [
+            {
+                "classifier": name,
+                "labels": result["labels"],
+                "n_train": result["n_train"],
+                **_metric_columns(m),
+            }
+            for name, splits in result["study"].items()
+            for m in [splits["test"]]
+        ]
+    )
+
+
+def _metric_columns(m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "n": m["n"],
+        "positives": m["positives"],
+        "precision": m["precision"],
+        "recall": m["recall"],
+        "f0.5": m["f_beta"],
+    }
+
+
+def dpo_table(result_paths: list[str], compare_paths: list[str] | None = None) -> pd.DataFrame:
+    """Table 5: per trained model, the held-out split's accuracy before and after DPO, the difference, Retain
+    (the caption's reading, on the perturbed questions, and on the originals) and the truncated answers;
+    then the comparison models' accuracy on the same questions (`accuracy`, Orig. only)."""
+    rows = []
+    for path in result_paths:
+        result = json.loads(Path(path).read_text(encoding="utf-8"))
+        rows.append({"model": result["base_model"], **result["evaluation"]})
+    for path in compare_paths or []:
+        rows.append({"model": Path(path).stem, **_benchmark_columns(read_jsonl(path))})
     return pd.DataFrame(rows)
 
 
-def dpo_table(result_path: str) -> pd.DataFrame:
-    """Table 5: the held-out split's accuracy before and after DPO, the difference, and Retain."""
-    result = json.loads(Path(result_path).read_text(encoding="utf-8"))
-    return pd.DataFrame([{"model": result["base_model"], **result["evaluation"]}])
+def _benchmark_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
+    found = accuracy_by_condition(records).get("perturbed", {"n": 0, "accuracy": None})
+    return {k: found.get(k) for k in ("n", "accuracy", "unparsed", "truncated")}
+
+
+def benchmark_table(paths: list[str]) -> pd.DataFrame:
+    """The search-free benchmark: per benchmark file and model, accuracy on its questions, per source
+    dataset and pooled (`all`), with the unread and truncated answers."""
+    rows = []
+    for path in sorted(paths):
+        records = read_jsonl(path)
+        sources = sorted({r["source"] for r in records if r.get("source")})
+        groups = [(ALL, records)] + [(s, [r for r in records if r.get("source") == s]) for s in sources]
+        for source, part in groups:
+            where = {"benchmark": Path(path).parent.name, "model": Path(path).stem, "dataset": source}
+            rows.append({**where, **_benchmark_columns(part)})
+    return pd.DataFrame(rows)
 
 
 def long_rows(table: pd.DataFrame, experiment: str, columns: list[str], model_column: str = "model"):
@@ -152,13 +256,40 @@ def long_rows(table: pd.DataFrame, experiment: str, columns: list[str], model_co
     return rows
 
 
+ACCURACY = ["acc_original", "acc_original_paired", "acc_perturbed", "delta", "delta_paired"]
+ACCURACY += ["acc_elaborated", "acc_prompt_only"]
+
+
 def pooled_accuracy_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """Mean over datasets per (experiment, model): the paper's `all` cells (an unweighted mean of the
-    datasets' accuracies, as a table's average row)."""
+    """Means over datasets per (experiment, model) -- the paper's `all` cells, an unweighted mean of the
+    datasets' accuracies -- and over the models of each (experiment, dataset) (the `average` row of
+    Figure 3), with the text's drops (Original - Ours) and relative drops."""
     if table.empty:
         return []
-    means = table.groupby(["experiment", "model"])[["acc_original", "acc_perturbed", "delta"]].mean()
-    return long_rows(means.reset_index().assign(dataset=ALL), "", ["acc_original", "acc_perturbed", "delta"])
+    columns = [c for c in ACCURACY if c in table.columns]
+    table = table.assign(**{c: pd.to_numeric(table[c], errors="coerce") for c in columns})
+    pooled = table.groupby(["experiment", "model"])[columns].mean().reset_index().assign(dataset=ALL)
+    both = pd.concat([table[["experiment", "dataset", "model", *columns]], pooled])
+    averaged = both.groupby(["experiment", "dataset"])[columns].mean().reset_index().assign(model="average")
+    every = pd.concat([pooled, averaged])
+    original = every["acc_original"]
+    every = every.assign(
+        drop_perturbed=original - every["acc_perturbed"],
+        relative_drop=(1 - every["acc_perturbed"] / original.where(original > 0)),
+    )
+    return long_rows(every, "", [*columns, "drop_perturbed", "relative_drop"])
+
+
+def _with_mitigation_diff(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 4's Diff (Enh. - Orig. on the perturbed questions) and its mean over datasets (`all`)."""
+    if "acc_perturbed_mitigated" not in table.columns or "acc_perturbed" not in table.columns:
+        return table
+    accuracy = [c for c in table.columns if c.startswith("acc_")]
+    table = table.assign(**{c: pd.to_numeric(table[c], errors="coerce") for c in accuracy})
+    table = table.assign(mitigation_diff=table["acc_perturbed_mitigated"] - table["acc_perturbed"])
+    columns = [*accuracy, "mitigation_diff"]
+    pooled = table.groupby(["experiment", "model"])[columns].mean().reset_index().assign(dataset=ALL)
+    return pd.concat([table, pooled])
 
 
 PAPER_COLUMNS = ("table", "experiment", "dataset", "model", "column", "value", "source")
@@ -206,31 +337,52 @@ def vs_paper_table(paper: pd.DataFrame, run_rows: list[dict[str, Any]]) -> pd.Da
 
 def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     """The run's values in the long form the published values file uses (see resources/cdv/README.md):
-    experiments by their config name, then `classifier_study` (test split), `filter_cost` and `dpo`."""
+    experiments by their config name, then `classifier_study` (test split), `classifier_release`,
+    `classifier_transfer`, `filter_cost`, `baselines`, `mitigation` and `dpo`."""
     rows: list[dict[str, Any]] = []
     accuracy = built.get("cdv_experiments")
     if accuracy is not None and not accuracy.empty:
-        columns = ["acc_original", "acc_original_paired", "acc_perturbed", "delta"]
-        columns += ["acc_elaborated", "acc_prompt_only"]
         accuracy = _experiment_cells(accuracy)
-        rows += long_rows(accuracy, "", columns) + pooled_accuracy_rows(accuracy)
+        rows += long_rows(accuracy, "", [c for c in ACCURACY if c in accuracy.columns])
+        rows += pooled_accuracy_rows(accuracy)
+    metrics = ["precision", "recall", "f0.5"]
     study = built.get("cdv_classifier_study")
     if study is not None and not study.empty:
         test = study[study["split"] == "test"].assign(dataset=ALL)
-        rows += long_rows(test, "classifier_study", ["precision", "recall", "f0.5"], "classifier")
+        rows += long_rows(test, "classifier_study", metrics, "classifier")
+    release = built.get("cdv_classifier_release")
+    if release is not None and not release.empty:
+        rows += long_rows(release.assign(dataset=ALL), "classifier_release", metrics, "classifier")
+    transfer = built.get("cdv_classifier_transfer")
+    if transfer is not None and not transfer.empty:
+        columns = ["success_rate_without_filter", "success_rate_with_filter"]
+        rows += long_rows(transfer.assign(dataset=ALL), "classifier_transfer", columns, "victim")
     cost = built.get("cdv_filter_cost")
     if cost is not None and not cost.empty:
-        columns = ["success_rate", "tokens_per_perturbed_question", "usd_per_perturbed_question"]
+        columns = [c for c in cost.columns if c not in ("dataset", "selection")]
         rows += long_rows(cost, "filter_cost", columns, "selection")
     for name in ("baselines", "mitigation"):
         table = built.get(f"cdv_{name}")
         if table is not None and not table.empty:
-            rows += long_rows(_by_cell(table, name), name, [c for c in table.columns if c.startswith("acc_")])
+            named = _with_mitigation_diff(_by_cell(table, name))
+            columns = [c for c in named.columns if c.startswith("acc_") or c == "mitigation_diff"]
+            rows += long_rows(named, name, columns)
     dpo = built.get("cdv_dpo")
     if dpo is not None and not dpo.empty:
         columns = [c for c in dpo.columns if c != "model"]
         rows += long_rows(dpo.assign(dataset=ALL), "dpo", columns)
+    human = built.get("cdv_human_eval")
+    if human is not None and not human.empty:
+        columns = ["semantic_equivalence", "answer_consistency"]
+        rows += long_rows(human.assign(**{c: human[c] / 100 for c in columns}), "human_eval", columns)
     return rows
+
+
+def run_row(
+    experiment: str, column: str, value: float, dataset: str = ALL, model: str = ALL
+) -> dict[str, Any]:
+    """One run value in the long form (for values computed outside the study tables)."""
+    return {"experiment": experiment, "dataset": dataset, "model": model, "column": column, "value": value}
 
 
 def _by_cell(table: pd.DataFrame, name: str) -> pd.DataFrame:

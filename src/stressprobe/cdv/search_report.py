@@ -151,9 +151,13 @@ def perturbable_sets(search_paths: list[str], with_originals: bool = False) -> d
     return cells
 
 
+CONFUSION = ("both", "a_only", "b_only", "neither")  # A=1 B=1, A=1 B=0, A=0 B=1, A=0 B=0
+
+
 def agreement_table(search_paths: list[str], with_originals: bool = False) -> pd.DataFrame:
     """Figure 4's numbers: for every pair of cells on the same dataset, over the questions both searched,
-    the Jaccard index of their perturbable sets and the share of questions on which they agree."""
+    the paper's confusion percentages (A=1/B=1, A=1/B=0, A=0/B=1, A=0/B=0), their pairwise agreement
+    (both perturbable or both not: section 4.3's "about 82 %") and, beside it, the Jaccard index."""
     cells = perturbable_sets(search_paths, with_originals)
     labels = _labels(cells)
     rows = []
@@ -169,11 +173,34 @@ def agreement_table(search_paths: list[str], with_originals: bool = False) -> pd
                 "cell_a": labels[a],
                 "cell_b": labels[b],
                 "common": len(common),
+                **{
+                    f"pct_{name}": 100 * count / len(common) if common else None
+                    for name, count in zip(
+                        CONFUSION,
+                        (len(pa & pb), len(pa - pb), len(pb - pa), len(common - pa - pb)),
+                        strict=True,
+                    )
+                },
                 "jaccard": len(pa & pb) / len(union) if union else None,
                 "agreement": (len(common) - len(pa ^ pb)) / len(common) if common else None,
             }
         )
-    return pd.DataFrame(rows, columns=["dataset", "cell_a", "cell_b", "common", "jaccard", "agreement"])
+    columns = [
+        "dataset",
+        "cell_a",
+        "cell_b",
+        "common",
+        *(f"pct_{c}" for c in CONFUSION),
+        "jaccard",
+        "agreement",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def mean_pairwise_agreement(table: pd.DataFrame) -> float | None:
+    """Section 4.3's number: the mean agreement over every pair of distinct cells of every dataset."""
+    pairs = table[table["cell_a"] < table["cell_b"]]["agreement"].dropna()
+    return float(pairs.mean()) if len(pairs) else None
 
 
 def _labels(cells) -> dict[tuple, str]:
@@ -199,8 +226,9 @@ def _panels(n: int, options: Mapping[str, Any]) -> tuple[Any, np.ndarray]:
 
 
 def agreement_figure(search_paths: list[str], options: Mapping[str, Any]):
-    """Figure 4: per dataset, the Jaccard index of the perturbable questions of every pair of cells
-    (victims), as a heatmap; '-' where two cells share no perturbable question."""
+    """Figure 4: per dataset, the pairwise agreement (%) of every pair of cells (victims) on which questions
+    are perturbable -- both perturbable or both not, the paper's measure -- as a heatmap; '-' where two cells
+    share no searched question."""
     from stressprobe.plots import plt, style  # the Agg backend; only figure jobs import matplotlib
 
     table = agreement_table(search_paths)
@@ -215,18 +243,19 @@ def agreement_figure(search_paths: list[str], options: Mapping[str, Any]):
                 ax.set_axis_off()
                 continue
             matrix = (
-                part.pivot(index="cell_a", columns="cell_b", values="jaccard")
+                part.pivot(index="cell_a", columns="cell_b", values="agreement")
                 .reindex(index=labels, columns=labels)
                 .to_numpy(dtype=float)
+                * 100
             )
-            ax.imshow(np.ma.masked_invalid(matrix), vmin=0, vmax=1, cmap="viridis")
+            ax.imshow(np.ma.masked_invalid(matrix), vmin=0, vmax=100, cmap="viridis")
             ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
             ax.set_yticks(range(len(labels)), labels)
             for (i, j), v in np.ndenumerate(matrix):
                 # A masked cell is blank (white): its dash is drawn in black.
-                text, color = ("-", "black") if np.isnan(v) else (f"{v:.2f}", "white" if v < 0.6 else "black")
+                text, color = ("-", "black") if np.isnan(v) else (f"{v:.0f}", "white" if v < 60 else "black")
                 ax.text(j, i, text, ha="center", va="center", color=color)
-        fig.suptitle("Agreement on perturbable questions (Jaccard)")
+        fig.suptitle("Pairwise agreement on perturbable questions (%)")
     return fig
 
 

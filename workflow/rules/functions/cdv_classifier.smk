@@ -54,8 +54,62 @@ def cdv_cost_cells():
     return [
         (_cdv_experiments.selection_dataset(d, s), study["proxy"], study["victim"])
         for d in cdv_datasets()
-        for s in _cdv_experiments.SELECTIONS
+        for s in cdv_cost_selections()
     ]
+
+
+def cdv_filter_lora():
+    """File name of the LoRA classifier that filters (`classifier.filter_with: lora:<id>`), else None."""
+    chosen = config["cdv"]["classifier"]["filter_with"]
+    if chosen == "trained":
+        return None
+    by_id = {model: name for name, model in cdv_lora_models().items()}
+    if chosen.removeprefix("lora:") not in by_id:
+        raise StressprobeError(
+            f"cdv.classifier.filter_with: {chosen} is not one of cdv.classifier.lora.base_models "
+            "(with lora.enabled); name one of them or use `trained`"
+        )
+    return by_id[chosen.removeprefix("lora:")]
+
+
+def cdv_cost_selections():
+    """The cost experiment's question sets per dataset: the filtering classifier's and random ones, and the
+    MiniLM classifier's when a LoRA classifier filters and `cost_study.minilm_row` asks for it.
+    """
+    study = config["cdv"]["classifier"]["cost_study"]
+    extra = (
+        [_cdv_experiments.MINILM] if cdv_filter_lora() and study["minilm_row"] else []
+    )
+    return list(_cdv_experiments.SELECTIONS) + extra
+
+
+def cdv_selection_pool(selection):
+    """The scored pool a selection is drawn from (random draws ignore the scores)."""
+    lora = cdv_filter_lora()
+    if lora and selection != _cdv_experiments.MINILM:
+        return f"results/cdv/classifier/lora/{lora}.pool.jsonl"
+    return "results/cdv/classifier/pool.jsonl"
+
+
+def cdv_filter_scores():
+    """The filtering classifier's scores of the labelled questions (Table 2)."""
+    lora = cdv_filter_lora()
+    if lora:
+        return f"results/cdv/classifier/lora/{lora}.json"
+    return "results/cdv/classifier/predictions.jsonl"
+
+
+def cdv_table2_cells():
+    """(dataset, victim, victim) of Table 2's self-search cells, one per dataset and victim."""
+    victims = config["cdv"]["classifier"]["table2"]["victims"]
+    specs = cdv_cell_specs()
+    missing = [v for v in victims if (v, v) not in specs]
+    if missing:
+        raise StressprobeError(
+            f"cdv.classifier.table2.victims: {', '.join(missing)} has no self-search cell "
+            "(proxy = victim) in cdv.cells or cdv.experiments; add one or remove the victim"
+        )
+    return [(d, v, v) for v in victims for d in cdv_datasets()]
 
 
 def cdv_lora_models():
@@ -72,3 +126,8 @@ def cdv_cell_prices():
     cells = cdv_cells() + cdv_cost_cells()
     names = {name for _, p, v in cells for name in cell_roles(p, v).values()}
     return {name: config["models"][name].get("price", {}) for name in sorted(names)}
+
+
+# The filter and Table 2 name models of the grid: a typo is one error line before planning.
+stop_on_error(cdv_filter_lora)
+stop_on_error(cdv_table2_cells)

@@ -19,13 +19,37 @@ def cdv_table_names():
         names.append("cdv_classifier_study")
     if cdv_cost_study():
         names.append("cdv_filter_cost")
+    if config["cdv"]["classifier"]["table2"]["victims"]:
+        names.append("cdv_classifier_transfer")
+    if config["cdv"]["classifier"]["release"]["train"]:
+        names.append("cdv_classifier_release")
     if config["cdv"]["experiments"]:
         names.append("cdv_experiments")
     if config["cdv"]["dpo"]["train"]:
         names.append("cdv_dpo")
+    if cdv_benchmark_records():
+        names.append("cdv_benchmark")
+    if config["cdv"]["human_eval"]["filled"]:
+        names.append("cdv_human_eval")
     if config["cdv"]["paper_values"]:
         names.append("cdv_vs_paper")
     return names
+
+
+def cdv_human_cells():
+    """(dataset, proxy, victim) of the human evaluation's cell per dataset (none when it is off)."""
+    human = config["cdv"]["human_eval"]
+    if not human["enabled"]:
+        return []
+    if (human["proxy"], human["victim"]) not in cdv_cell_specs():
+        raise StressprobeError(
+            f"cdv.human_eval: ({human['proxy']}, {human['victim']}) is no search cell of cdv.cells or "
+            "cdv.experiments; set proxy and victim to a searched cell (the paper: gpt-4o-mini)"
+        )
+    return [(d, human["proxy"], human["victim"]) for d in cdv_datasets()]
+
+
+stop_on_error(cdv_human_cells)
 
 
 def cdv_outputs():
@@ -49,8 +73,9 @@ def cdv_outputs():
     ]
     if config["cdv"]["dpo"]["export"]:
         outputs += ["results/cdv/dpo/train.jsonl", "results/cdv/dpo/test.jsonl"]
-    if config["cdv"]["dpo"]["train"]:
-        outputs += ["results/cdv/dpo/model/done.json"]
+    outputs += [f"results/cdv/dpo/model/{m}/done.json" for m in cdv_dpo_models()]
+    if cdv_human_cells():
+        outputs += ["results/cdv/human_eval/sheet.csv"]
     return outputs
 
 
@@ -58,7 +83,11 @@ CDV_STUDY_TABLES = [
     "cdv_experiments",
     "cdv_classifier_study",
     "cdv_filter_cost",
+    "cdv_classifier_transfer",
+    "cdv_classifier_release",
     "cdv_dpo",
+    "cdv_benchmark",
+    "cdv_human_eval",
     "cdv_vs_paper",
 ]
 
@@ -95,10 +124,37 @@ def cdv_study_inputs(name):
             if cdv_cost_study()
             else {}
         ),
+        "cdv_classifier_transfer": (
+            {"transfer": "results/cdv/classifier/transfer.json"}
+            if classifier["table2"]["victims"]
+            else {}
+        ),
+        "cdv_classifier_release": (
+            {"release": "results/cdv/classifier/release.json"}
+            if classifier["release"]["train"]
+            else {}
+        ),
         "cdv_dpo": (
-            {"dpo": "results/cdv/dpo/model/done.json"}
+            {
+                "dpo": [
+                    f"results/cdv/dpo/model/{m}/done.json" for m in cdv_dpo_models()
+                ],
+                "compare": [
+                    f"results/cdv/benchmark/{CDV_DPO_HELDOUT}/{m}.jsonl"
+                    for m in cdv_benchmark_models(CDV_DPO_HELDOUT)
+                    if CDV_DPO_HELDOUT in cdv_benchmark_files()
+                ],
+            }
             if config["cdv"]["dpo"]["train"]
             else {}
+        ),
+        "cdv_human_eval": (
+            {"human": config["cdv"]["human_eval"]["filled"]}
+            if config["cdv"]["human_eval"]["filled"]
+            else {}
+        ),
+        "cdv_benchmark": (
+            {"benchmark": cdv_benchmark_records()} if cdv_benchmark_records() else {}
         ),
     }
     if name != "cdv_vs_paper":
@@ -106,6 +162,8 @@ def cdv_study_inputs(name):
     merged = {
         "paper_values": config["cdv"]["paper_values"],
         "all_evals": cdv_eval_files("eval"),
+        # section 4.3's pairwise agreement on perturbable questions (Figure 4)
+        "searches": cdv_cell_files("search.jsonl"),
     }
     if config["cdv"]["mitigation"]["enabled"]:
         merged["mitigation"] = cdv_eval_files("mitigation")
