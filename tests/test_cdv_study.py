@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from stressprobe.cdv import paper_report
+from stressprobe.cdv import paper_figures, paper_report
 from stressprobe.cdv.classifier import NO_CLASSIFIER, TRAINED, run_classifier, study_splits
 from stressprobe.cdv.experiments import cell_specs, experiment_qids, nested_sample, select_questions
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
@@ -330,7 +330,7 @@ def test_study_figures_draw_from_their_tables(study, tmp_path):
     _, metrics, _, _, _ = study
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps(metrics), encoding="utf-8")
-    figure = paper_report.classifier_study_figure(
+    figure = paper_figures.classifier_study_figure(
         paper_report.classifier_study_table(str(path)), FIGURE_OPTIONS
     )
     assert len(figure.axes[0].patches) == 3 * 3  # three classifiers x precision, recall, F0.5
@@ -343,8 +343,11 @@ def test_study_figures_draw_from_their_tables(study, tmp_path):
             for m in ("m1", "m2", "m3")
         ]
     )
-    figure = paper_report.experiments_figure(table, FIGURE_OPTIONS)
-    assert [ax.get_title() for ax in figure.axes] == ["self_search[v1]", "self_search[v2]"]
+    scale_up = table[table["victim"] == "v1"].assign(experiment="scale_up")
+    figure = paper_figures.experiments_figure(pd.concat([table, scale_up]), FIGURE_OPTIONS)
+    # Figure 2: a panel per self-search cell; Figure 6: the one-cell scale-up pooled and per dataset
+    titles = ["scale_up", "scale_up: A", "scale_up: B", "self_search[v1]", "self_search[v2]"]
+    assert [ax.get_title() for ax in figure.axes] == titles
     assert len(figure.axes[0].patches) == 2 * 3
     save_figure(figure, tmp_path / "f.png", tmp_path / "f.pdf", dpi=50)
     assert (tmp_path / "f.png").stat().st_size > 0

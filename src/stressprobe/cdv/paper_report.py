@@ -8,7 +8,6 @@ comparison with the paper's values (`vs_paper_table`) matches on.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -342,7 +341,7 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     accuracy = built.get("cdv_experiments")
     if accuracy is not None and not accuracy.empty:
-        accuracy = _experiment_cells(accuracy)
+        accuracy = experiment_cells(accuracy)
         rows += long_rows(accuracy, "", [c for c in ACCURACY if c in accuracy.columns])
         rows += pooled_accuracy_rows(accuracy)
     metrics = ["precision", "recall", "f0.5"]
@@ -395,7 +394,7 @@ def _by_cell(table: pd.DataFrame, name: str) -> pd.DataFrame:
     return table.assign(experiment=experiment)
 
 
-def _experiment_cells(table: pd.DataFrame) -> pd.DataFrame:
+def experiment_cells(table: pd.DataFrame) -> pd.DataFrame:
     """An experiment of several search cells names each: `self_search[gpt-4o]` (proxy = victim) or
     `name[proxy/victim]`, so that Figure 2's rows (one per victim) stay apart; one cell keeps the plain name."""
     cells = table.groupby("experiment")[["proxy", "victim"]].apply(lambda t: len(t.drop_duplicates()))
@@ -407,45 +406,3 @@ def _experiment_cells(table: pd.DataFrame) -> pd.DataFrame:
         return f"{row['experiment']}[{cell}]"
 
     return table.assign(experiment=table.apply(name, axis=1))
-
-
-def classifier_study_figure(table: pd.DataFrame, options: Mapping[str, Any]):
-    """Figure 5: precision, recall and F0.5 of every classifier on the test split (grouped bars)."""
-    from stressprobe.plots import sized_figure  # the Agg backend; only figure jobs import matplotlib
-
-    test = table[table["split"] == "test"].set_index("classifier")
-    metrics = ["precision", "recall", "f0.5"]
-    fig, ax = sized_figure(options, 3 / (1.5 + 0.9 * max(1, len(test))))
-    width = 0.8 / len(metrics)
-    for i, metric in enumerate(metrics):
-        values = pd.to_numeric(test[metric], errors="coerce").fillna(0.0) if len(test) else []
-        ax.bar([x + i * width for x in range(len(test))], values, width, label=metric)
-    ax.set_xticks([x + width for x in range(len(test))], list(test.index), rotation=30, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("test split")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def experiments_figure(table: pd.DataFrame, options: Mapping[str, Any]):
-    """Figures 2 and 6: per experiment and search cell, each evaluated model's accuracy on the originals and
-    on the perturbed questions (mean over datasets), one panel per experiment cell."""
-    from stressprobe.plots import sized_figure  # the Agg backend; only figure jobs import matplotlib
-
-    named = _experiment_cells(table) if not table.empty else table
-    panels = sorted(named["experiment"].unique()) if not named.empty else []
-    ncols = max(1, len(panels))
-    fig, axes = sized_figure(options, 3 / (3.2 * ncols), ncols=ncols, squeeze=False)
-    for ax, panel in zip(axes[0], panels, strict=False):
-        rows = named[named["experiment"] == panel].groupby("model")[["acc_original", "acc_perturbed"]].mean()
-        x = range(len(rows))
-        ax.bar([i - 0.2 for i in x], rows["acc_original"].fillna(0.0), 0.4, label="original")
-        ax.bar([i + 0.2 for i in x], rows["acc_perturbed"].fillna(0.0), 0.4, label="perturbed")
-        ax.set_xticks(list(x), list(rows.index), rotation=40, ha="right", fontsize=7)
-        ax.set_ylim(0, 1)
-        ax.set_title(panel, fontsize=8)
-    axes[0][0].set_ylabel("accuracy")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
