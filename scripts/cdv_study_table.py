@@ -32,6 +32,12 @@ def tables(smk) -> dict:
         from stressprobe.cdv.human_eval import table8
 
         built["cdv_human_eval"] = table8(list(inputs.human))
+    if hasattr(inputs, "variant_summaries"):
+        from stressprobe.cdv.search_report import value_ablation_table
+
+        built["cdv_value_ablation"] = value_ablation_table(
+            list(inputs.summaries), list(inputs.variant_summaries)
+        )
     if hasattr(inputs, "benchmark"):
         built["cdv_benchmark"] = pr.benchmark_table(list(inputs.benchmark))
     return built

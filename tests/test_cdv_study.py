@@ -459,3 +459,39 @@ def test_a_filter_or_table2_the_grid_cannot_serve_is_a_one_line_error(tmp_path, 
     proc, _, _ = dry_run(make_paper_workdir(tmp_path / "work"), config_path=path)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0 and len(errors) == 1 and re.search(message, errors[0]), proc.stderr[-2000:]
+
+
+def test_vs_paper_maps_the_value_ablation_table2_table8_and_table4s_diff(tmp_path):
+    values = tmp_path / "values.csv"
+    values.write_text(
+        "table,experiment,dataset,model,column,value,value_high,source\n"
+        "Section 4.4,value_ablation,all,gamma0,success_rate,0.57,,test\n"
+        "Table 2,classifier_transfer,all,gpt-4o,success_rate_with_filter,0.723,,test\n"
+        "Table 8,human_eval,MMLU,all,semantic_equivalence,0.935,,test\n"
+        "Table 4,mitigation,all,m,mitigation_diff,0.026,,test\n",
+        encoding="utf-8",
+    )
+    built = {
+        "cdv_value_ablation": pd.DataFrame(
+            [{"value": "gamma0", "success_rate": r} for r in (0.4, 0.6)]
+            + [{"value": "paper", "success_rate": 0.9}]
+        ),
+        "cdv_classifier_transfer": pd.DataFrame([{"victim": "gpt-4o", "success_rate_with_filter": 0.7}]),
+        "cdv_human_eval": pd.DataFrame(
+            [{"dataset": "MMLU", "semantic_equivalence": 90.0, "answer_consistency": 95.0}]
+        ),
+        "cdv_mitigation": pd.DataFrame(
+            [
+                {"dataset": d, "proxy": "p", "victim": "v", "model": "m"}
+                | {"acc_perturbed": 0.2, "acc_perturbed_mitigated": 0.2 + diff}
+                for d, diff in (("A", 0.02), ("B", 0.04))
+            ]
+        ),
+    }
+    table = paper_report.vs_paper_table(
+        paper_report.read_paper_values(values), paper_report.run_values(built)
+    ).set_index("table")
+    assert table.loc["Section 4.4", "run"] == pytest.approx(0.5)  # the mean of the cells' rates
+    assert table.loc["Table 2", "run"] == 0.7
+    assert table.loc["Table 8", "run"] == pytest.approx(0.9)  # percent -> fraction
+    assert table.loc["Table 4", "run"] == pytest.approx(0.03)  # Enh. - Orig., mean over datasets

@@ -370,6 +370,12 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     if dpo is not None and not dpo.empty:
         columns = [c for c in dpo.columns if c != "model"]
         rows += long_rows(dpo.assign(dataset=ALL), "dpo", columns)
+    ablation = built.get("cdv_value_ablation")
+    if ablation is not None and not ablation.empty:
+        # section 4.4 pools its questions: the mean of the cells' success rates per value function
+        means = ablation.assign(success_rate=pd.to_numeric(ablation["success_rate"], errors="coerce"))
+        means = means.groupby("value")["success_rate"].mean().reset_index().assign(dataset=ALL)
+        rows += long_rows(means, "value_ablation", ["success_rate"], "value")
     human = built.get("cdv_human_eval")
     if human is not None and not human.empty:
         columns = ["semantic_equivalence", "answer_consistency"]

@@ -165,6 +165,9 @@ def cdv_study_inputs(name):
         # section 4.3's pairwise agreement on perturbable questions (Figure 4)
         "searches": cdv_cell_files("search.jsonl"),
     }
+    if cdv_value_variants():  # section 4.4's ablation
+        merged["summaries"] = cdv_cell_files("search.summary.json")
+        merged["variant_summaries"] = cdv_variant_files("search.summary.json")
     if config["cdv"]["mitigation"]["enabled"]:
         merged["mitigation"] = cdv_eval_files("mitigation")
     for part in parts.values():
