@@ -10,7 +10,11 @@ def tables(smk) -> dict:
     inputs, built = smk.input, {}
     if hasattr(inputs, "evals"):
         built["cdv_experiments"] = pr.experiments_table(
-            smk.params.experiments, inputs.evals, inputs.questions, smk.params.seed
+            smk.params.experiments,
+            inputs.evals,
+            inputs.questions,
+            smk.params.seed,
+            list(getattr(inputs, "experiment_mitigation", [])),
         )
     if hasattr(inputs, "classifier"):
         built["cdv_classifier_study"] = pr.classifier_study_table(inputs.classifier, list(inputs.lora))

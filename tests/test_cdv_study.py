@@ -317,7 +317,17 @@ def test_experiments_table_keeps_each_experiments_sample_and_prints_the_papers_d
     write_jsonl(evals, records)
     cell = [{"proxy": "a", "victim": "a"}]
     experiments = {"small": {"n": 2, "cells": cell}, "large": {"n": 4, "cells": cell}}
-    table = paper_report.experiments_table(experiments, [str(evals)], [str(data)], 0).set_index("experiment")
+    # Table 4: under the focus instruction every perturbed question is answered right
+    mitigation = tmp_path / "results/cdv/toy/a/a/mitigation/m.jsonl"
+    mitigation.parent.mkdir(parents=True)
+    write_jsonl(mitigation, [record(q["qid"], "perturbed", True) for q in questions])
+    table = paper_report.experiments_table(
+        experiments, [str(evals)], [str(data)], 0, [str(mitigation)]
+    ).set_index("experiment")
+    assert (
+        table.loc["small", "acc_perturbed_mitigated"] == 1.0 and table.loc["small", "mitigation_diff"] == 1.0
+    )
+    assert table.loc["large", "mitigation_diff"] == 0.5  # on the experiment's own sample
     assert table.loc["small", "n_original"] == 2 and table.loc["large", "n_original"] == 4
     assert table.loc["small", "acc_perturbed"] == 0.0 and table.loc["large", "acc_perturbed"] == 0.5
     assert table.loc["small", "delta"] == 1.0 and table.loc["large", "delta"] == 0.5  # original - perturbed

@@ -28,12 +28,17 @@ def _accuracy(records: list[dict[str, Any]], condition: str) -> float | None:
 
 
 def experiments_table(
-    experiments: dict[str, dict[str, Any]], eval_paths: list[str], question_paths: list[str], seed: int
+    experiments: dict[str, dict[str, Any]],
+    eval_paths: list[str],
+    question_paths: list[str],
+    seed: int,
+    mitigation_paths: list[str] | None = None,
 ) -> pd.DataFrame:
     """Per experiment, cell and evaluated model: accuracy on the experiment's sample of originals, on the
-    perturbed questions found for it, and the paper's Delta = original - perturbed (originals paired with
-    the questions that have perturbed versions, as in Table 1)."""
+    perturbed questions found for it, and the paper's Delta = original - perturbed; with the mitigation's
+    records, Table 4 on the same sample (the perturbed questions under the focus instruction and the Diff)."""
     questions = {Path(p).stem: read_jsonl(p) for p in question_paths}
+    mitigated = {(tuple(cell_of(p, 2).values()), Path(p).stem): p for p in mitigation_paths or []}
     rows = []
     for name, experiment in sorted(experiments.items()):
         cells = {(c["proxy"], c["victim"]) for c in experiment["cells"]}
@@ -64,9 +69,19 @@ def experiments_table(
                     # Figure 3's baselines on the same sample (absent when baselines are off)
                     "acc_elaborated": _accuracy(records, "elaborated"),
                     "acc_prompt_only": _accuracy(records, "prompt_only"),
+                    **_mitigation_columns(mitigated.get((tuple(cell.values()), model)), sample, perturbed),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _mitigation_columns(path: str | None, sample: set[str], perturbed: float | None) -> dict[str, Any]:
+    """Table 4's Enh. and Diff on an experiment's sample; nothing without the mitigation's records."""
+    if path is None:
+        return {}
+    enhanced = _accuracy([r for r in read_jsonl(path) if r["qid"] in sample], "perturbed")
+    diff = None if enhanced is None or perturbed is None else enhanced - perturbed
+    return {"acc_perturbed_mitigated": enhanced, "mitigation_diff": diff}
 
 
 def classifier_study_table(metrics_path: str, lora_paths: list[str] | None = None) -> pd.DataFrame:
@@ -256,7 +271,7 @@ def long_rows(table: pd.DataFrame, experiment: str, columns: list[str], model_co
 
 
 ACCURACY = ["acc_original", "acc_original_paired", "acc_perturbed", "delta", "delta_paired"]
-ACCURACY += ["acc_elaborated", "acc_prompt_only"]
+ACCURACY += ["acc_elaborated", "acc_prompt_only", "acc_perturbed_mitigated", "mitigation_diff"]
 
 
 def pooled_accuracy_rows(table: pd.DataFrame) -> list[dict[str, Any]]:

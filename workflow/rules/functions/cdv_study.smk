@@ -100,6 +100,12 @@ def cdv_study_inputs(name):
             {
                 "evals": cdv_eval_files("eval"),
                 "questions": expand(CDV_QUESTIONS, dataset=cdv_datasets()),
+                # Table 4 on each experiment's own sample
+                "experiment_mitigation": (
+                    cdv_eval_files("mitigation")
+                    if config["cdv"]["mitigation"]["enabled"]
+                    else []
+                ),
             }
             if config["cdv"]["experiments"]
             else {}
