@@ -121,7 +121,8 @@ rule cdv_classifier_release:
     benchmark:
         "results/benchmarks/cdv/classifier_release.tsv"
     conda:
-        "../../envs/data.yaml"
+        # the trained classifier's environment, as the classifier job's on the CPU
+        "../../envs/llm-cpu.yaml"
     threads: config["embedding"]["threads"]
     resources:
         **config["resources"]["embedding"],
