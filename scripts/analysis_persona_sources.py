@@ -8,7 +8,9 @@ from stressprobe.tables import stem
 def main(smk):
     kappa = analysis.read_frames(smk.input.kappa, smk.params.order)
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
-    analysis.write_persona_sources(kappa, systems, smk.params.rbo_phi, stem(smk.output.table))
+    analysis.write_persona_sources(
+        kappa, systems, smk.params.rbo_phi, stem(smk.output.table), smk.params.undefined_kappa
+    )
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -7,7 +7,9 @@ from stressprobe.tables import stem
 
 def main(smk):
     kappa = analysis.read_frames(smk.input.kappa, smk.params.order)
-    analysis.write_win_rate_tables(kappa, smk.params.alpha, stem(smk.output.table), stem(smk.output.detail))
+    analysis.write_win_rate_tables(
+        kappa, smk.params.alpha, stem(smk.output.table), stem(smk.output.detail), smk.params.undefined_kappa
+    )
 
 
 run_script(main, snakemake)  # noqa: F821

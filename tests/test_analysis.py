@@ -85,9 +85,18 @@ def test_dataset_kappa_against_human_and_umbrela_with_unparsed_pairs():
     assert got["baseline/umbrela", "human", "q2"] == pytest.approx(0.0)  # human constant, judge varies
     assert got["fixed/gap", "umbrela", "q1"] == pytest.approx(kappa_by_definition([1, 3], [0, 3]))
     assert ("baseline/umbrela", "umbrela", "q1") not in got.index
+    gap["rule"] = ["final_score", "", "first_grade", "final_score", "final_score"]
     shift = analysis.dataset_label_shift("d", {("m", "baseline/umbrela"): base, ("m", "fixed/gap"): gap})
-    row = shift.iloc[0]
+    rows = shift.set_index("condition")
+    row = rows.loc["fixed/gap"]
     assert (row["pairs"], row["unparsed"], row["shift_1"], row["shift_0"], row["shift_-1"]) == (5, 1, 2, 2, 0)
+    # How each answer was read (judging.answer_reader), per cell; UMBRELA's own row has only its counts.
+    assert (row["read_final_score"], row["read_first_grade"], row["read_lone_grade"]) == (3, 1, 0)
+    baseline = rows.loc["baseline/umbrela"]
+    assert baseline["pairs"] == 5 and baseline[[f"shift_{s}" for s in analysis.SHIFTS]].sum() == 0
+    table = analysis.label_shift_table(shift).set_index("condition")
+    assert table.loc["fixed/gap", "read_first_grade"] == 1 and table.loc["fixed/gap", "compared"] == 4
+    assert math.isnan(table.loc["baseline/umbrela", "stricter"])
 
 
 def kappa_rows(model, condition, values):
@@ -100,7 +109,7 @@ def test_win_rate_table_and_holm_across_conditions():
     rows = kappa_rows("m1", "baseline/umbrela", base)
     rows += kappa_rows("m1", "fixed/gap", base + rng.normal(0.1, 0.1, 20))
     evidence = base + rng.normal(-0.05, 0.1, 20)
-    evidence[3] = np.nan  # an undefined κ drops that query
+    evidence[3] = np.nan  # an undefined κ: a tie over all 20 queries (or dropped, below)
     rows += kappa_rows("m1", "fixed/evidence", evidence)
     frame = analysis.categorize(
         pd.DataFrame(rows, columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]),
@@ -110,9 +119,13 @@ def test_win_rate_table_and_holm_across_conditions():
     assert table["condition"].astype(str).tolist() == ["fixed/evidence", "fixed/gap"]
     evidence_row = table.iloc[0]
     shift = (evidence - base)[~np.isnan(evidence)]
-    assert evidence_row["queries"] == 19
-    assert evidence_row["W%"] == pytest.approx(100 * (shift > 0).sum() / 19)
-    assert evidence_row["Δ̄"] == pytest.approx(shift.mean())
+    assert evidence_row["queries"] == 20
+    assert evidence_row["W%"] == pytest.approx(100 * (shift > 0).sum() / 20)
+    assert evidence_row["Δ̄"] == pytest.approx(shift.sum() / 20)
+    dropped = analysis.win_rate_significance_table(frame, undefined="drop").iloc[0]
+    assert dropped["queries"] == 19
+    assert dropped["W%"] == pytest.approx(100 * (shift > 0).sum() / 19)
+    assert dropped["Δ̄"] == pytest.approx(shift.mean())
     np.testing.assert_allclose(table["p_sign_holm"], holm_by_hand(table["p_sign"].to_numpy()))
     np.testing.assert_allclose(table["p_wilcoxon_holm"], holm_by_hand(table["p_wilcoxon"].to_numpy()))
     for _, row in table.iterrows():

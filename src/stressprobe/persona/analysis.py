@@ -22,6 +22,7 @@ from stressprobe.persona import metrics
 from stressprobe.persona.data import Qrels, read_qrels, read_run_metadata, read_topics
 from stressprobe.persona.evaluation import MEASURE, read_ndcg_table
 from stressprobe.persona.judging import CONDITIONS, HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
+from stressprobe.persona.prompts import RULES
 
 BASELINE = CONDITIONS[0]
 SHIFTS = tuple(range(-3, 4))
@@ -68,6 +69,7 @@ def read_judgments(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
             )
     frame = pd.DataFrame.from_records(records, columns=["qid", "docid", "label"])
     frame = frame.astype({"qid": str, "docid": str, "label": float})
+    frame["rule"] = [record.get("label_rule") or "" for record in records]
     if unparsed == "zero":
         graded = [record.get("status") == "unparsed" for record in records]
         frame.loc[graded, "label"] = 0.0
@@ -158,27 +160,42 @@ def dataset_kappa(
 ) -> pd.DataFrame:
     """Per-query κ of every (model, condition) against human labels and against its model's UMBRELA labels.
 
-    Columns: dataset, model, condition, reference (`human` | `umbrela`), qid, pairs, kappa.
+    Columns: dataset, model, condition, reference (`human` | `umbrela`), qid, pairs, kappa. Every query of
+    the human qrels has a row (0 pairs and κ NaN where a cell shares no labelled pair with the reference),
+    so that statistics over all queries (W%, Δ̄) see every one.
     """
     parts = []
+    qids = pd.Index(sorted(set(human["qid"].astype(str))), name="qid")
     for (model, condition), labels in cells.items():
         references = {HUMAN: human}
         if condition != BASELINE and (model, BASELINE) in cells:
             references["umbrela"] = cells[(model, BASELINE)]
         for reference, reference_labels in references.items():
-            part = metrics.kappa_per_query(labels, reference_labels)
+            part = metrics.kappa_per_query(labels, reference_labels).set_index("qid")
+            part = part.reindex(qids.union(part.index)).fillna({"pairs": 0}).astype({"pairs": int})
+            part = part.reset_index()
             parts.append(part.assign(dataset=dataset, model=model, condition=condition, reference=reference))
     columns = ["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]
     return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
+READ_COLUMNS = [f"read_{rule}" for rule in RULES]
+_SHIFT_COLUMNS = ["pairs", "unparsed", *READ_COLUMNS, *[f"shift_{s}" for s in SHIFTS]]
+
+
 def dataset_label_shift(dataset: str, cells: Mapping[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
-    """Per (model, condition ≠ baseline): pairs, unparsed pairs, and counts of each grade shift vs UMBRELA."""
+    """Per (model, condition): pairs, unparsed pairs, answers read by each rule of `judging.answer_reader`,
+    and counts of each grade shift vs UMBRELA (none for UMBRELA's own row, which is there for its counts)."""
     rows = []
     for (model, condition), labels in cells.items():
-        if condition == BASELINE or (model, BASELINE) not in cells:
+        if (model, BASELINE) not in cells:
             continue
-        counts = metrics.label_shift_counts(labels, cells[(model, BASELINE)])
+        rules = labels["rule"].value_counts() if "rule" in labels else pd.Series(dtype=int)
+        counts = (
+            metrics.label_shift_counts(labels, cells[(model, BASELINE)])
+            if condition != BASELINE
+            else dict.fromkeys(SHIFTS, 0)
+        )
         rows.append(
             {
                 "dataset": dataset,
@@ -186,12 +203,11 @@ def dataset_label_shift(dataset: str, cells: Mapping[tuple[str, str], pd.DataFra
                 "condition": condition,
                 "pairs": len(labels),
                 "unparsed": int(labels["label"].isna().sum()),
+                **{f"read_{rule}": int(rules.get(rule, 0)) for rule in RULES},
                 **{f"shift_{s}": int(counts[s]) for s in SHIFTS},
             }
         )
-    return pd.DataFrame(
-        rows, columns=["dataset", "model", "condition", "pairs", "unparsed", *[f"shift_{s}" for s in SHIFTS]]
-    )
+    return pd.DataFrame(rows, columns=["dataset", "model", "condition", *_SHIFT_COLUMNS])
 
 
 def dataset_system_scores(
@@ -232,11 +248,13 @@ def kappa_agreement_table(kappa: pd.DataFrame) -> pd.DataFrame:
     return table.dropna(how="all", subset=["κ vs UMBRELA", "κ vs human"]).reset_index()
 
 
-def win_rate_significance_table(kappa: pd.DataFrame) -> pd.DataFrame:
+def win_rate_significance_table(kappa: pd.DataFrame, undefined: str = "tie") -> pd.DataFrame:
     """Table 3 in long form: W%, Δ̄ and their tests per dataset × model × non-baseline condition.
 
-    Per query Δ = κ(condition, human) − κ(UMBRELA, human) of the same model; queries where either κ is
-    undefined are dropped. p-values are Holm-adjusted across the conditions of each dataset × model.
+    Per query Δ = κ(condition, human) − κ(UMBRELA, human) of the same model. A query where either κ is
+    undefined is a tie (`undefined` "tie": not a win, Δ = 0, W% and Δ̄ over all queries, as the paper's
+    whole-number W% show) or left out ("drop", `analysis.undefined_kappa`). p-values are Holm-adjusted
+    across the conditions of each dataset × model.
     """
     human = kappa[kappa["reference"] == HUMAN].pivot_table(
         index=["dataset", "model", "qid"],
@@ -253,7 +271,7 @@ def win_rate_significance_table(kappa: pd.DataFrame) -> pd.DataFrame:
         for condition in block.columns:
             if condition == BASELINE or block[condition].isna().all():
                 continue
-            summary = metrics.win_rate_summary(block[condition] - block[BASELINE])
+            summary = metrics.win_rate_summary(block[condition] - block[BASELINE], undefined)
             rows.append({"dataset": dataset, "model": model, "condition": condition, **summary})
     table = pd.DataFrame(rows)
     if table.empty:
@@ -309,12 +327,13 @@ def label_shift_table(shift: pd.DataFrame, by: Sequence[str] = tuple(_CELL)) -> 
     `shift` holds the counts of `dataset_label_shift`; rows are pooled (counts summed) over `by`, so
     `by=("dataset", "condition")` gives the profile over all models.
     """
-    columns = ["pairs", "unparsed", *[f"shift_{s}" for s in SHIFTS]]
+    read = [c for c in READ_COLUMNS if c in shift]  # frames of older runs have no reading counts
+    columns = ["pairs", "unparsed", *read, *[f"shift_{s}" for s in SHIFTS]]
     pooled = shift.groupby(list(by), observed=True)[columns].sum().reset_index()
-    counts = pooled[columns[2:]].to_numpy(float)
+    counts = pooled[[f"shift_{s}" for s in SHIFTS]].to_numpy(float)
     compared = counts.sum(axis=1, keepdims=True)
     shares = np.divide(100 * counts, compared, out=np.full_like(counts, np.nan), where=compared > 0)
-    table = pooled[[*by, "pairs", "unparsed"]].copy()
+    table = pooled[[*by, "pairs", "unparsed", *read]].copy()
     table["compared"] = compared[:, 0].astype(int)
     for i, s in enumerate(SHIFTS):
         table[f"{s:+d}" if s else "0"] = shares[:, i]
@@ -656,10 +675,12 @@ def write_kappa_heatmap(
     plots.save_figure(fig, *figure, dpi=figure_options["dpi"])
 
 
-def write_win_rate_tables(kappa: pd.DataFrame, alpha: float, wide_stem: str, detail_stem: str) -> None:
+def write_win_rate_tables(
+    kappa: pd.DataFrame, alpha: float, wide_stem: str, detail_stem: str, undefined: str = "tie"
+) -> None:
     """Table 3: W% and Δ̄ side by side per condition, a row per dataset × model, the best W% of each row
     in bold (the paper's layout); and the long table with the tests."""
-    detail = win_rate_significance_table(kappa)
+    detail = win_rate_significance_table(kappa, undefined)
     detail = mark_significant(detail, alpha) if not detail.empty else detail
     wide = win_rate_side_by_side_table(detail) if not detail.empty else detail
     win_rates = [c for c in wide.columns if str(c).endswith(" W%")]
@@ -752,11 +773,13 @@ def write_direction_consistency(systems: pd.DataFrame, list_stem: str, counts_st
     tables.write_table(counts, counts_stem, _DECIMALS)
 
 
-def write_persona_sources(kappa: pd.DataFrame, systems: pd.DataFrame, phi: float, stem: str) -> None:
+def write_persona_sources(
+    kappa: pd.DataFrame, systems: pd.DataFrame, phi: float, stem: str, undefined: str = "tie"
+) -> None:
     """PersonaHub vs USPersona per matched role, side by side."""
     table = persona_source_table(
         kappa_agreement_table(kappa),
-        win_rate_significance_table(kappa),
+        win_rate_significance_table(kappa, undefined),
         ranking_agreement_table(systems, phi),
         displacement_frame(systems),
     )

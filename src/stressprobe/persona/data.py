@@ -156,8 +156,9 @@ def read_runs_dir(directory: str | Path) -> dict[str, Run]:
     return {run_name(p): read_run(p) for p in paths}
 
 
-def passage_from_json(record: Mapping[str, Any], where: str) -> tuple[str, str]:
-    """(docid, text) of a JSON passage; a `title` is prepended to the text when present."""
+def passage_from_json(record: Mapping[str, Any], where: str, title: bool = True) -> tuple[str, str]:
+    """(docid, text) of a JSON passage; its `title`, when present, is prepended if `title` (the dataset's
+    `title` switch; the papers do not say, UMBRELA's code reads the segment alone)."""
     docid = next((record[k] for k in PASSAGE_ID_KEYS if record.get(k) not in (None, "")), None)
     text = next((record[k] for k in PASSAGE_TEXT_KEYS if isinstance(record.get(k), str)), None)
     if docid is None or text is None:
@@ -165,13 +166,13 @@ def passage_from_json(record: Mapping[str, Any], where: str) -> tuple[str, str]:
             f"{where}: a passage needs an id ({'/'.join(PASSAGE_ID_KEYS)}) and a text "
             f"({'/'.join(PASSAGE_TEXT_KEYS)}); fix the record"
         )
-    title = record.get("title")
-    if isinstance(title, str) and title.strip():
-        text = f"{title.strip()}\n{text}"
+    heading = record.get("title")
+    if title and isinstance(heading, str) and heading.strip():
+        text = f"{heading.strip()}\n{text}"
     return str(docid), text
 
 
-def read_passages(path: str | Path, wanted: set[str]) -> dict[str, str]:
+def read_passages(path: str | Path, wanted: set[str], title: bool = True) -> dict[str, str]:
     """The texts of the `wanted` docids found in a passages file (`.jsonl`/`.json` = JSONL, else TSV).
 
     Only wanted passages are kept, so a full collection can be given without loading it into memory.
@@ -179,7 +180,7 @@ def read_passages(path: str | Path, wanted: set[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     if Path(path).suffix in (".jsonl", ".json"):
         for lineno, record in iter_jsonl(path):
-            docid, text = passage_from_json(record, f"{path}:{lineno}")
+            docid, text = passage_from_json(record, f"{path}:{lineno}", title)
             if docid in wanted:
                 found[docid] = text.strip()
         return found
@@ -232,13 +233,13 @@ class Source:
     qrels_origin: str = ""  # file or id named in errors about the qrels
 
 
-def load_local_source(topics: str, qrels: str, passages: str) -> Source:
-    """A dataset from local files."""
+def load_local_source(topics: str, qrels: str, passages: str, title: bool = True) -> Source:
+    """A dataset from local files (`title`: prepend a JSON passage's title)."""
     return Source(
         name=str(topics),
         topics=read_topics(topics),
         qrels=read_qrels(qrels),
-        passages=lambda wanted: read_passages(passages, wanted),
+        passages=lambda wanted: read_passages(passages, wanted, title),
         qrels_origin=str(qrels),
     )
 
@@ -287,7 +288,7 @@ def load_ir_datasets_source(dataset_id: str, load: Callable[[str], Any] | None =
     return Source(name=origin, topics=topics, qrels=qrels, passages=passages, qrels_origin=origin)
 
 
-def load_source(entry: Mapping[str, Any], key: str) -> Source:
+def load_source(entry: Mapping[str, Any], key: str, title: bool = True) -> Source:
     """The source of a dataset config entry (`key` names it in errors)."""
     if entry["source"] == "ir_datasets":
         if not entry.get("ir_datasets_id"):
@@ -298,7 +299,7 @@ def load_source(entry: Mapping[str, Any], key: str) -> Source:
         raise StressprobeError(
             f"config key '{key}.{missing[0]}': required when source is local; give a file path"
         )
-    return load_local_source(entry["topics"], entry["qrels"], entry["passages"])
+    return load_local_source(entry["topics"], entry["qrels"], entry["passages"], title)
 
 
 # ---- selection ------------------------------------------------------------------------------------
