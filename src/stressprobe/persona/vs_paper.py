@@ -22,7 +22,7 @@ import pandas as pd
 from stressprobe import tables
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_tsv_lines
-from stressprobe.persona import analysis
+from stressprobe.persona import judgment_tables, system_tables
 
 KEY = ["table", "dataset", "model", "condition", "systems", "metric"]
 COLUMNS = [*KEY, "value", "ci_low", "ci_high", "source"]
@@ -182,7 +182,7 @@ def text_values(kappa: pd.DataFrame, displacement: pd.DataFrame) -> pd.DataFrame
     queries = kappa.groupby(kappa["dataset"].astype(str))["qid"].nunique()
     rows += [{"dataset": d, "metric": "queries", "value": float(n)} for d, n in queries.items()]
     if not displacement.empty:
-        _, counts = analysis.direction_consistency_tables(displacement)
+        _, counts = system_tables.direction_consistency_tables(displacement)
         totals = counts.groupby(counts["dataset"].astype(str))[["consistent", "pairs"]].sum()
         for dataset, row in totals.iterrows():
             rows.append({"dataset": dataset, "metric": "consistent_pairs", "value": float(row["consistent"])})
@@ -210,14 +210,14 @@ def run_values(
     """
     from stressprobe.persona import paper_tables
 
-    displacement = analysis.displacement_frame(systems)
-    parts = [_long(analysis.kappa_agreement_table(kappa), "figure1")]
-    detail = analysis.win_rate_significance_table(kappa, undefined)
+    displacement = system_tables.displacement_frame(systems)
+    parts = [_long(judgment_tables.kappa_agreement_table(kappa), "figure1")]
+    detail = judgment_tables.win_rate_significance_table(kappa, undefined)
     if not detail.empty:
         parts.append(_long(detail, "table3"))
-    parts.append(_long(analysis.ranking_agreement_table(systems, phi), "table4"))
-    parts.append(_long(analysis.displacement_by_condition_table(displacement), "table5"))
-    ci = analysis.displacement_ci_table(
+    parts.append(_long(system_tables.ranking_agreement_table(systems, phi), "table4"))
+    parts.append(_long(system_tables.displacement_by_condition_table(displacement), "table5"))
+    ci = system_tables.displacement_ci_table(
         displacement, bootstrap["resamples"], bootstrap["seed"], bootstrap.get("level", 0.95)
     )
     parts.append(_long(ci, "table6", ci=("CI low", "CI high")))
@@ -245,7 +245,7 @@ def run_values(
         block = displacement[displacement["dataset"].astype(str) == run_dataset]
         if block.empty:
             continue
-        sensitivity = analysis.sensitivity_frame(block, ["dataset"]).set_index("run")
+        sensitivity = system_tables.sensitivity_frame(block, ["dataset"]).set_index("run")
         expanded = paper_tables.expand_systems(entries.split(), list(sensitivity.index))
         runs = sorted({r for matched in expanded.values() for r in matched})
         if not runs:
