@@ -87,6 +87,17 @@ def test_jsonl_passages_with_title(tmp_path):
         read_passages(bad, {"a"})
 
 
+def test_the_title_switch_leaves_a_segment_alone(tmp_path):
+    # config/paper.yaml's RAG24 (`title: false`): the segment as UMBRELA's code reads it, through the source.
+    path = write(tmp_path / "p.jsonl", json.dumps({"docid": "a#1", "title": "T", "segment": "body"}) + "\n")
+    assert read_passages(path, {"a#1"}, title=False) == {"a#1": "body"}
+    topics = write(tmp_path / "t.tsv", "q\tquery\n")
+    qrels = write(tmp_path / "q.txt", "q 0 a#1 2\n")
+    entry = {"source": "local", "topics": str(topics), "qrels": str(qrels), "passages": str(path)}
+    assert load_source(entry, "d", title=False).passages({"a#1"}) == {"a#1": "body"}
+    assert load_source(entry, "d").passages({"a#1"}) == {"a#1": "T\nbody"}
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
