@@ -10,11 +10,11 @@ from stressprobe.persona.data import (
     format_run_metadata,
     format_topics,
     load_source,
-    prepare_dataset,
     read_run_metadata,
     read_runs_dir,
 )
 from stressprobe.persona.pins import check_pinned
+from stressprobe.persona.selection import prepare_dataset
 from stressprobe.snakemake_io import run_script
 
 log = logging.getLogger("stressprobe")

@@ -17,7 +17,6 @@ from stressprobe.persona.data import (
     load_ir_datasets_source,
     load_local_source,
     load_source,
-    prepare_dataset,
     ranked,
     read_listed_runs,
     read_passages,
@@ -26,6 +25,9 @@ from stressprobe.persona.data import (
     read_run_metadata,
     read_runs_dir,
     read_topics,
+)
+from stressprobe.persona.selection import (
+    prepare_dataset,
     select_queries,
     subsample_by_grade,
     unjudged_top_k,
