@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stressprobe.persona import analysis, paper_tables, vs_paper  # noqa: E402
+from stressprobe.persona import analysis, judgment_tables, paper_tables, system_tables, vs_paper  # noqa: E402
 from tests.support.analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files  # noqa: E402
 from tests.support.helpers import ROOT
 
@@ -74,42 +74,47 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
         return analysis.read_frames([p[key] for p in datasets], order)
 
     fig = lambda name: (figures / f"{name}.png", figures / f"{name}.pdf")  # noqa: E731
-    step("kappa table", lambda: analysis.write_kappa_table(frames("kappa"), tables / "kappa_agreement"))
+    step(
+        "kappa table", lambda: judgment_tables.write_kappa_table(frames("kappa"), tables / "kappa_agreement")
+    )
     step(
         "figure 1",
-        lambda: analysis.write_kappa_heatmap(frames("kappa"), fig("figure1_kappa_heatmap"), order, CONFIG),
+        lambda: figures.write_kappa_heatmap(frames("kappa"), fig("figure1_kappa_heatmap"), order, CONFIG),
     )
     step(
         "table 3",
-        lambda: analysis.write_win_rate_tables(
+        lambda: judgment_tables.write_win_rate_tables(
             frames("kappa"), CONFIG["alpha"], tables / "table3_win_rate", tables / "table3_significance"
         ),
     )
     step(
-        "label shift table", lambda: analysis.write_label_shift_table(frames("shift"), tables / "label_shift")
+        "label shift table",
+        lambda: judgment_tables.write_label_shift_table(frames("shift"), tables / "label_shift"),
     )
     step(
         "label shift figure",
-        lambda: analysis.write_label_shift_figure(frames("shift"), fig("label_shift"), order, CONFIG),
+        lambda: figures.write_label_shift_figure(frames("shift"), fig("label_shift"), order, CONFIG),
     )
     step(
         "figure 2",
-        lambda: analysis.write_ndcg_scatter(frames("systems"), fig("figure2_ndcg_scatter"), order, CONFIG),
+        lambda: figures.write_ndcg_scatter(frames("systems"), fig("figure2_ndcg_scatter"), order, CONFIG),
     )
     step(
         "table 4",
-        lambda: analysis.write_ranking_agreement(
+        lambda: system_tables.write_ranking_agreement(
             frames("systems"), CONFIG["rbo_phi"], tables / "table4_ranking_agreement"
         ),
     )
     step(
         "table 5",
-        lambda: analysis.write_displacement_table(frames("systems"), tables / "table5_rank_displacement"),
+        lambda: system_tables.write_displacement_table(
+            frames("systems"), tables / "table5_rank_displacement"
+        ),
     )
     boot = CONFIG["bootstrap"]
     step(
         "table 6",
-        lambda: analysis.write_displacement_ci(
+        lambda: system_tables.write_displacement_ci(
             frames("systems"),
             boot["resamples"],
             boot["seed"],
@@ -120,7 +125,7 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
     run_types = analysis.read_run_types(order["dataset"], [p["run_metadata"] for p in datasets])
     step(
         "table 7",
-        lambda: analysis.write_sensitive_systems(
+        lambda: system_tables.write_sensitive_systems(
             frames("systems"), run_types, CONFIG["top_k_sensitive"], tables / "table7_sensitive_systems"
         ),
     )
@@ -158,13 +163,13 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
     )
     step(
         "direction consistency",
-        lambda: analysis.write_direction_consistency(
+        lambda: system_tables.write_direction_consistency(
             frames("systems"), tables / "direction_consistency", tables / "direction_consistency_counts"
         ),
     )
     step(
         "persona sources",
-        lambda: analysis.write_persona_sources(
+        lambda: system_tables.write_persona_sources(
             frames("kappa"), frames("systems"), CONFIG["rbo_phi"], tables / "persona_sources"
         ),
     )

@@ -1,6 +1,6 @@
 """Table 6: mean |Δr| per dataset × model with a bootstrap CI over systems."""
 
-from stressprobe.persona import analysis
+from stressprobe.persona import analysis, system_tables
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 
@@ -8,7 +8,7 @@ from stressprobe.tables import stem
 def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
     boot = smk.params.bootstrap
-    analysis.write_displacement_ci(
+    system_tables.write_displacement_ci(
         systems, boot["resamples"], boot["seed"], boot["level"], stem(smk.output.table)
     )
 

@@ -1,12 +1,12 @@
 """Label shift profile figure (pooled over models, one panel per dataset)."""
 
-from stressprobe.persona import analysis
+from stressprobe.persona import analysis, figures
 from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
     shift = analysis.read_frames(smk.input.shift, smk.params.order)
-    analysis.write_label_shift_figure(
+    figures.write_label_shift_figure(
         shift, (smk.output.png, smk.output.pdf), smk.params.order, smk.params.figure
     )
 

@@ -1,12 +1,12 @@
 """Label shift profile vs UMBRELA per dataset × model × condition."""
 
-from stressprobe.persona import analysis
+from stressprobe.persona import analysis, judgment_tables
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 
 
 def main(smk):
-    analysis.write_label_shift_table(
+    judgment_tables.write_label_shift_table(
         analysis.read_frames(smk.input.shift, smk.params.order), stem(smk.output.table)
     )
 

@@ -1,12 +1,12 @@
 """Table 5: rank and nDCG@10 displacement vs UMBRELA per dataset × condition."""
 
-from stressprobe.persona import analysis
+from stressprobe.persona import analysis, system_tables
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 
 
 def main(smk):
-    analysis.write_displacement_table(
+    system_tables.write_displacement_table(
         analysis.read_frames(smk.input.systems, smk.params.order), stem(smk.output.table)
     )
 

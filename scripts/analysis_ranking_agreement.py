@@ -1,14 +1,14 @@
 """Table 4: Kendall's τ-b and RBO_ext of each condition's system ranking vs the human ranking (long, and
 in the paper's blocks)."""
 
-from stressprobe.persona import analysis, paper_tables
+from stressprobe.persona import analysis, paper_tables, system_tables
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 
 
 def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
-    analysis.write_ranking_agreement(systems, smk.params.rbo_phi, stem(smk.output.table))
+    system_tables.write_ranking_agreement(systems, smk.params.rbo_phi, stem(smk.output.table))
     paper_tables.write_ranking_blocks(
         systems, smk.params.rbo_phi, smk.params.order["condition"], stem(smk.output.paper)
     )

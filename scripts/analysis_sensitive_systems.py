@@ -1,7 +1,7 @@
 """Table 7: the most sensitive systems per dataset with their type from the run metadata, and the
 representative systems in the paper's layout."""
 
-from stressprobe.persona import analysis, paper_tables
+from stressprobe.persona import analysis, paper_tables, system_tables
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
 
@@ -9,7 +9,7 @@ from stressprobe.tables import stem
 def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
     run_types = analysis.read_run_types(smk.params.order["dataset"], smk.input.run_metadata)
-    analysis.write_sensitive_systems(systems, run_types, smk.params.top_k, stem(smk.output.table))
+    system_tables.write_sensitive_systems(systems, run_types, smk.params.top_k, stem(smk.output.table))
     paper_tables.write_representative_systems(
         systems,
         run_types,

@@ -17,6 +17,7 @@ def main(smk):
         smk.params.names,
         stem(smk.output.table),
         stem(smk.output.summary),
+        smk.params.undefined_kappa,
     )
 
 

@@ -7,7 +7,7 @@ from stressprobe.cdv.experiments import nested_sample
 from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_topics
-from stressprobe.persona.prompts import SUMMARY_PLACEHOLDERS, load_judge_template, load_template
+from stressprobe.persona.prompts import load_judge_template, load_summary_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
@@ -17,7 +17,7 @@ def main(smk):
     templates = {
         "judge": judge.user,
         "judge_system": judge.system,
-        "summary": load_template(smk.input.summary_template, required=SUMMARY_PLACEHOLDERS),
+        "summary": load_summary_template(smk.input.summary_template),
     }
     cache = CacheView(cache_path(smk))
     rows = []

@@ -32,6 +32,7 @@ def main(smk):
         smk.params.logprobs,
         smk.params.prefill,
         smk.params.delivery,
+        smk.params.reader,
     )
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
         records = judge_cell(client, summaries, topics, personas, settings)

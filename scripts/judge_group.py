@@ -35,6 +35,7 @@ def main(smk):
                 smk.params.logprobs,
                 smk.params.prefill,
                 smk.params.delivery,
+                smk.params.reader,
             )
             client.reset_usage()  # each cell's sidecar counts its own calls
             cell = judge_cell(client, summaries, topics, personas, settings)

@@ -10,10 +10,11 @@ from stressprobe.persona.data import (
     format_run_metadata,
     format_topics,
     load_source,
-    prepare_dataset,
     read_run_metadata,
     read_runs_dir,
 )
+from stressprobe.persona.pins import check_pinned
+from stressprobe.persona.selection import prepare_dataset
 from stressprobe.snakemake_io import run_script
 
 log = logging.getLogger("stressprobe")
@@ -22,9 +23,10 @@ log = logging.getLogger("stressprobe")
 def main(smk):
     entry, key = smk.params.dataset, f"judging.datasets.{smk.wildcards.dataset}"
     metadata_path = getattr(smk.input, "run_metadata", None)
+    runs = read_runs_dir(smk.input.runs)
     prepared = prepare_dataset(
-        load_source(entry, key),
-        read_runs_dir(smk.input.runs),
+        load_source(entry, key, title=entry["title"]),
+        runs,
         queries=entry["queries"],
         max_passages_per_query=entry["max_passages_per_query"],
         unjudged_top_k_depth=entry["unjudged_top_k"],
@@ -32,6 +34,12 @@ def main(smk):
         key=key,
         run_metadata=read_run_metadata(metadata_path) if metadata_path else None,
     )
+    # The paper's pinned inputs (expect/accept) are checked before any output exists, so no model is called.
+    accepted = check_pinned(
+        smk.wildcards.dataset, entry["expect"], entry["accept"], list(prepared.topics), prepared.qrels, runs
+    )
+    for difference in accepted:
+        log.warning("accepted on purpose (%s.accept): %s", key, difference)
     atomic_write(smk.output.topics, format_topics(prepared.topics))
     atomic_write(smk.output.qrels, format_qrels(prepared.qrels))
     write_jsonl(smk.output.pairs, prepared.pairs)

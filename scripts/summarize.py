@@ -5,7 +5,7 @@ from stressprobe.llm import open_client
 from stressprobe.llm.usage import Usage, usage_record
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.judging import summarize_pairs
-from stressprobe.persona.prompts import SUMMARY_PLACEHOLDERS, load_template
+from stressprobe.persona.prompts import load_summary_template
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
@@ -16,7 +16,7 @@ def main(smk):
         records = summarize_pairs(None, pairs, topics, "", 0)
         write_json(smk.output.usage, usage_record("none", "none", Usage(), None))
     else:
-        template = load_template(smk.input.template, required=SUMMARY_PLACEHOLDERS)
+        template = load_summary_template(smk.input.template)
         with open_client(smk.params.models, smk.params.summarizer, cache_path(smk)) as client:
             records = summarize_pairs(client, pairs, topics, template, smk.params.max_tokens)
             client.write_usage(smk.output.usage)

@@ -11,7 +11,7 @@ import pytest
 
 from stressprobe.errors import StressprobeError
 from stressprobe.io import atomic_write, write_jsonl
-from stressprobe.persona import analysis, metrics
+from stressprobe.persona import analysis, figures, judgment_tables, metrics, system_tables
 from stressprobe.persona.evaluation import format_ndcg_table, ndcg_table
 from tests.support.analysis_fixtures import DatasetSpec, StudySpec, study_paths, write_study_files
 from tests.support.helpers import shared_data
@@ -85,9 +85,18 @@ def test_dataset_kappa_against_human_and_umbrela_with_unparsed_pairs():
     assert got["baseline/umbrela", "human", "q2"] == pytest.approx(0.0)  # human constant, judge varies
     assert got["fixed/gap", "umbrela", "q1"] == pytest.approx(kappa_by_definition([1, 3], [0, 3]))
     assert ("baseline/umbrela", "umbrela", "q1") not in got.index
+    gap["rule"] = ["final_score", "", "first_grade", "final_score", "final_score"]
     shift = analysis.dataset_label_shift("d", {("m", "baseline/umbrela"): base, ("m", "fixed/gap"): gap})
-    row = shift.iloc[0]
+    rows = shift.set_index("condition")
+    row = rows.loc["fixed/gap"]
     assert (row["pairs"], row["unparsed"], row["shift_1"], row["shift_0"], row["shift_-1"]) == (5, 1, 2, 2, 0)
+    # How each answer was read (judging.answer_reader), per cell; UMBRELA's own row has only its counts.
+    assert (row["read_final_score"], row["read_first_grade"], row["read_lone_grade"]) == (3, 1, 0)
+    baseline = rows.loc["baseline/umbrela"]
+    assert baseline["pairs"] == 5 and baseline[[f"shift_{s}" for s in analysis.SHIFTS]].sum() == 0
+    table = judgment_tables.label_shift_table(shift).set_index("condition")
+    assert table.loc["fixed/gap", "read_first_grade"] == 1 and table.loc["fixed/gap", "compared"] == 4
+    assert math.isnan(table.loc["baseline/umbrela", "stricter"])
 
 
 def kappa_rows(model, condition, values):
@@ -100,24 +109,28 @@ def test_win_rate_table_and_holm_across_conditions():
     rows = kappa_rows("m1", "baseline/umbrela", base)
     rows += kappa_rows("m1", "fixed/gap", base + rng.normal(0.1, 0.1, 20))
     evidence = base + rng.normal(-0.05, 0.1, 20)
-    evidence[3] = np.nan  # an undefined κ drops that query
+    evidence[3] = np.nan  # an undefined κ: a tie over all 20 queries (or dropped, below)
     rows += kappa_rows("m1", "fixed/evidence", evidence)
     frame = analysis.categorize(
         pd.DataFrame(rows, columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]),
         {"dataset": ["d"], "model": ["m1"], "condition": ["baseline/umbrela", "fixed/evidence", "fixed/gap"]},
     )
-    table = analysis.mark_significant(analysis.win_rate_significance_table(frame), alpha=0.05)
+    table = judgment_tables.mark_significant(judgment_tables.win_rate_significance_table(frame), alpha=0.05)
     assert table["condition"].astype(str).tolist() == ["fixed/evidence", "fixed/gap"]
     evidence_row = table.iloc[0]
     shift = (evidence - base)[~np.isnan(evidence)]
-    assert evidence_row["queries"] == 19
-    assert evidence_row["W%"] == pytest.approx(100 * (shift > 0).sum() / 19)
-    assert evidence_row["Δ̄"] == pytest.approx(shift.mean())
+    assert evidence_row["queries"] == 20
+    assert evidence_row["W%"] == pytest.approx(100 * (shift > 0).sum() / 20)
+    assert evidence_row["Δ̄"] == pytest.approx(shift.sum() / 20)
+    dropped = judgment_tables.win_rate_significance_table(frame, undefined="drop").iloc[0]
+    assert dropped["queries"] == 19
+    assert dropped["W%"] == pytest.approx(100 * (shift > 0).sum() / 19)
+    assert dropped["Δ̄"] == pytest.approx(shift.mean())
     np.testing.assert_allclose(table["p_sign_holm"], holm_by_hand(table["p_sign"].to_numpy()))
     np.testing.assert_allclose(table["p_wilcoxon_holm"], holm_by_hand(table["p_wilcoxon"].to_numpy()))
     for _, row in table.iterrows():
         assert ("W%" in row["significant"].split()) == (row["p_sign_holm"] < 0.05)
-    wide = analysis.win_rate_wide_table(table)
+    wide = judgment_tables.win_rate_wide_table(table)
     assert list(wide.columns) == ["dataset", "model", "fixed/evidence", "fixed/gap"]
     assert wide["fixed/gap"][0] == pytest.approx(table.iloc[1]["W%"])
 
@@ -146,7 +159,7 @@ DELTA = {"m1": {"a": 2, "b": -0.5, "c": -1.5, "d": 0}, "m2": {"a": 1, "b": -1, "
 
 def test_displacement_frame_matches_hand_derived_ranks():
     systems, _ = systems_frame()
-    frame = analysis.displacement_frame(systems)
+    frame = system_tables.displacement_frame(systems)
     for model, expected in DELTA.items():
         got = frame[frame["model"] == model].set_index("run")["delta_rank"].to_dict()
         assert got == expected
@@ -163,20 +176,20 @@ def test_displacement_without_a_baseline_condition_is_empty_and_tables_accept_it
     systems = analysis.categorize(
         pd.DataFrame(rows, columns=["dataset", "model", "condition", "run", "ndcg"]), order
     )
-    frame = analysis.displacement_frame(systems)
+    frame = system_tables.displacement_frame(systems)
     assert frame.empty
     assert list(frame.columns) == ["dataset", "model", "condition", "run", "delta_rank", "delta_ndcg"]
-    analysis.write_displacement_table(systems, tmp_path / "table5")
-    analysis.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6")
-    analysis.write_sensitive_systems(systems, {}, 3, tmp_path / "table7")
-    analysis.write_direction_consistency(systems, tmp_path / "direction", tmp_path / "counts")
+    system_tables.write_displacement_table(systems, tmp_path / "table5")
+    system_tables.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6")
+    system_tables.write_sensitive_systems(systems, {}, 3, tmp_path / "table7")
+    system_tables.write_direction_consistency(systems, tmp_path / "direction", tmp_path / "counts")
     for stem in ("table5", "table6", "table7", "direction", "counts"):
         assert (tmp_path / f"{stem}.csv").is_file()
 
 
 def test_table5_per_condition_averages_over_models():
     systems, scores = systems_frame()
-    table = analysis.displacement_by_condition_table(analysis.displacement_frame(systems)).iloc[0]
+    table = system_tables.displacement_by_condition_table(system_tables.displacement_frame(systems)).iloc[0]
     dn = {
         m: [scores[(m, "fixed/gap")][r] - scores[(m, "baseline/umbrela")][r] for r in "abcd"] for m in DELTA
     }
@@ -191,7 +204,7 @@ def test_table5_per_condition_averages_over_models():
 
 def test_table4_against_independent_tau_and_rbo():
     systems, scores = systems_frame()
-    table = analysis.ranking_agreement_table(systems, phi=0.9).set_index(["model", "condition"])
+    table = system_tables.ranking_agreement_table(systems, phi=0.9).set_index(["model", "condition"])
     human = scores[("human", "human/human")]
     gap = scores[("m1", "fixed/gap")]
     runs = sorted(human)
@@ -204,9 +217,9 @@ def test_table4_against_independent_tau_and_rbo():
 
 def test_table6_bootstrap_uses_the_configured_seed():
     systems, _ = systems_frame()
-    table = analysis.displacement_ci_table(analysis.displacement_frame(systems), 500, seed=7).set_index(
-        "model"
-    )
+    table = system_tables.displacement_ci_table(
+        system_tables.displacement_frame(systems), 500, seed=7
+    ).set_index("model")
     values = np.abs(list(DELTA["m1"].values()))
     assert table.loc["m1", "mean |Δr|"] == pytest.approx(values.mean())
     assert (table.loc["m1", "CI low"], table.loc["m1", "CI high"]) == pytest.approx(
@@ -217,8 +230,8 @@ def test_table6_bootstrap_uses_the_configured_seed():
 
 def test_table7_ranks_by_sensitivity_and_leaves_missing_types_blank():
     systems, _ = systems_frame()
-    table = analysis.sensitive_systems_table(
-        analysis.displacement_frame(systems), {"d": {"a": "dense"}}, top_k=2
+    table = system_tables.sensitive_systems_table(
+        system_tables.displacement_frame(systems), {"d": {"a": "dense"}}, top_k=2
     )
     # Sensitivity: a (2+1)/2 = 1.5; b and c 0.75 (c first: larger max |Δr|); d 0.
     assert table["run"].tolist() == ["a", "c"]
@@ -229,7 +242,7 @@ def test_table7_ranks_by_sensitivity_and_leaves_missing_types_blank():
 
 def test_direction_consistency_across_models():
     systems, _ = systems_frame()
-    listing, counts = analysis.direction_consistency_tables(analysis.displacement_frame(systems))
+    listing, counts = system_tables.direction_consistency_tables(system_tables.displacement_frame(systems))
     assert listing[["run", "direction"]].values.tolist() == [["a", "down"], ["b", "up"]]
     assert listing["mean Δr"].tolist() == pytest.approx([1.5, -0.75])
     assert counts[["pairs", "consistent", "up", "down"]].iloc[0].tolist() == [4, 2, 1, 1]
@@ -257,11 +270,11 @@ def test_persona_sources_side_by_side():
     systems = analysis.categorize(
         pd.DataFrame(systems, columns=["dataset", "model", "condition", "run", "ndcg"]), order
     )
-    table = analysis.persona_source_table(
-        analysis.kappa_agreement_table(kappa),
-        analysis.win_rate_significance_table(kappa),
-        analysis.ranking_agreement_table(systems, 0.9),
-        analysis.displacement_frame(systems),
+    table = system_tables.persona_source_table(
+        judgment_tables.kappa_agreement_table(kappa),
+        judgment_tables.win_rate_significance_table(kappa),
+        system_tables.ranking_agreement_table(systems, 0.9),
+        system_tables.displacement_frame(systems),
     )
     row = table.iloc[0]
     assert (row["role"], row["κ vs UMBRELA PH"], row["κ vs UMBRELA US"]) == (
@@ -286,19 +299,19 @@ def build_everything(root, order):
     systems = analysis.read_frames([p["systems"] for p in paths.values()], order)
     t, f = root / "results" / "tables", root / "results" / "figures"
     options = {"figure_width_in": 3.5, "font_size": 7, "panel_columns": 2, "dpi": 60}
-    analysis.write_kappa_table(kappa, t / "kappa_agreement")
-    analysis.write_kappa_heatmap(kappa, (f / "f1.png", f / "f1.pdf"), order, options)
-    analysis.write_win_rate_tables(kappa, 0.05, t / "table3_win_rate", t / "table3_significance")
-    analysis.write_label_shift_table(shift, t / "label_shift")
-    analysis.write_label_shift_figure(shift, (f / "shift.png", f / "shift.pdf"), order, options)
-    analysis.write_ndcg_scatter(systems, (f / "f2.png", f / "f2.pdf"), order, options)
-    analysis.write_ranking_agreement(systems, 0.9, t / "table4")
-    analysis.write_displacement_table(systems, t / "table5")
-    analysis.write_displacement_ci(systems, 200, 42, 0.95, t / "table6")
+    judgment_tables.write_kappa_table(kappa, t / "kappa_agreement")
+    figures.write_kappa_heatmap(kappa, (f / "f1.png", f / "f1.pdf"), order, options)
+    judgment_tables.write_win_rate_tables(kappa, 0.05, t / "table3_win_rate", t / "table3_significance")
+    judgment_tables.write_label_shift_table(shift, t / "label_shift")
+    figures.write_label_shift_figure(shift, (f / "shift.png", f / "shift.pdf"), order, options)
+    figures.write_ndcg_scatter(systems, (f / "f2.png", f / "f2.pdf"), order, options)
+    system_tables.write_ranking_agreement(systems, 0.9, t / "table4")
+    system_tables.write_displacement_table(systems, t / "table5")
+    system_tables.write_displacement_ci(systems, 200, 42, 0.95, t / "table6")
     run_types = analysis.read_run_types(order["dataset"], [p["run_metadata"] for p in paths.values()])
-    analysis.write_sensitive_systems(systems, run_types, 3, t / "table7")
-    analysis.write_direction_consistency(systems, t / "direction", t / "direction_counts")
-    analysis.write_persona_sources(kappa, systems, 0.9, t / "sources")
+    system_tables.write_sensitive_systems(systems, run_types, 3, t / "table7")
+    system_tables.write_direction_consistency(systems, t / "direction", t / "direction_counts")
+    system_tables.write_persona_sources(kappa, systems, 0.9, t / "sources")
     return sorted(
         p for p in (root / "results").rglob("*") if p.is_file() and p.parent.name in ("tables", "figures")
     )
@@ -343,7 +356,7 @@ def test_real_dl20_condition_equal_to_human_gives_identical_rankings(tmp_path):
     human = systems[systems["model"] == "human"].set_index("run")["ndcg"]
     assert human["bm25"] == pytest.approx(0.4796, abs=5e-5)  # the known trec_eval value
     assert metrics.ranked_systems(human)[-1] == "bm25"
-    ranking = analysis.ranking_agreement_table(systems, phi=0.9)
+    ranking = system_tables.ranking_agreement_table(systems, phi=0.9)
     assert (ranking["τ-b"] == 1.0).all() and ranking["RBO"].to_numpy() == pytest.approx(1.0)
-    displacement = analysis.displacement_frame(systems)
+    displacement = system_tables.displacement_frame(systems)
     assert len(displacement) == 39 and (displacement["delta_rank"] == 0).all()

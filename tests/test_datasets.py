@@ -17,7 +17,6 @@ from stressprobe.persona.data import (
     load_ir_datasets_source,
     load_local_source,
     load_source,
-    prepare_dataset,
     ranked,
     read_listed_runs,
     read_passages,
@@ -26,6 +25,9 @@ from stressprobe.persona.data import (
     read_run_metadata,
     read_runs_dir,
     read_topics,
+)
+from stressprobe.persona.selection import (
+    prepare_dataset,
     select_queries,
     subsample_by_grade,
     unjudged_top_k,
@@ -85,6 +87,17 @@ def test_jsonl_passages_with_title(tmp_path):
     bad = write(tmp_path / "bad.jsonl", json.dumps({"docid": "a"}) + "\n")
     with pytest.raises(StressprobeError, match=r"bad\.jsonl:1: a passage needs an id"):
         read_passages(bad, {"a"})
+
+
+def test_the_title_switch_leaves_a_segment_alone(tmp_path):
+    # config/paper.yaml's RAG24 (`title: false`): the segment as UMBRELA's code reads it, through the source.
+    path = write(tmp_path / "p.jsonl", json.dumps({"docid": "a#1", "title": "T", "segment": "body"}) + "\n")
+    assert read_passages(path, {"a#1"}, title=False) == {"a#1": "body"}
+    topics = write(tmp_path / "t.tsv", "q\tquery\n")
+    qrels = write(tmp_path / "q.txt", "q 0 a#1 2\n")
+    entry = {"source": "local", "topics": str(topics), "qrels": str(qrels), "passages": str(path)}
+    assert load_source(entry, "d", title=False).passages({"a#1"}) == {"a#1": "body"}
+    assert load_source(entry, "d").passages({"a#1"}) == {"a#1": "T\nbody"}
 
 
 @pytest.mark.parametrize(

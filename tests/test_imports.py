@@ -39,7 +39,11 @@ def imported_after(statement: str) -> set[str]:
         ),
         ("import stressprobe.llm", set()),
         # tables of the persona study: no plotting, no statistics libraries until a table needs them
-        ("import stressprobe.persona.analysis, stressprobe.tables", set()),
+        (
+            "import stressprobe.persona.analysis, stressprobe.persona.judgment_tables, "
+            "stressprobe.persona.system_tables, stressprobe.tables",
+            set(),
+        ),
         ("import stressprobe.cdv.report", set()),
         ("import stressprobe.persona.pools, stressprobe.persona.data, stressprobe.embedding", set()),
     ],

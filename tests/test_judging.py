@@ -123,9 +123,40 @@ def test_judge_cell_records_labels_statuses_and_label_distributions():
         "error": 1,
         "with_probs": 1,
         "labels": {"0": 0, "1": 0, "2": 1, "3": 0},
+        "read_by": {"final_score": 1, "lone_grade": 0, "first_grade": 0},
     }
+    assert [r["label_rule"] for r in records] == ["final_score", None, None]
     # only the parsed judgment reaches the qrels
     assert judgment_qrels(records) == {"q1": {"d#1": 2}}
+
+
+ANSWERS = ["Final Score:2 (highly relevant)", "1. The passage defines the term.", "Not relevant at all."]
+
+
+@pytest.mark.parametrize(
+    ("reader", "labels", "rules"),
+    [
+        ("strict", [2, None, None], ["final_score", None, None]),
+        # The prior study's released code: "final score:" then the first standalone 0-3 anywhere.
+        ("authors", [2, 1, None], ["final_score", "first_grade", None]),
+    ],
+)
+def test_the_answer_reader_decides_which_answers_give_a_grade_and_records_its_rule(reader, labels, rules):
+    answers = iter(ANSWERS)
+    client = FakeClient(lambda r: Response(texts=[next(answers)]))
+    settings = JudgeSettings(TEMPLATE, 64, reader=reader)
+    records = judge_cell(client, summaries(), TOPICS, dict.fromkeys(TOPICS), settings)
+    assert [r["label"] for r in records] == labels
+    assert [r["label_rule"] for r in records] == rules
+    assert [r["raw"] for r in records] == ANSWERS  # the answer itself is always kept
+    assert [r["status"] for r in records] == ["ok" if label is not None else "unparsed" for label in labels]
+    # The reader changes no request: the same prompts, whatever it is.
+    assert {r.max_tokens for r in client.requests} == {64}
+    # An unreadable answer is graded 0 with `judging.unparsed: zero` (config/paper.yaml), else left out.
+    zero = judgment_qrels(records, "zero")
+    assert [zero.get(r["qid"], {}).get(r["docid"]) for r in records] == [
+        g if g is not None else 0 for g in labels
+    ]
 
 
 def test_a_pair_whose_summary_failed_is_an_error_without_a_call():

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from stressprobe.errors import StressprobeError
 from stressprobe.persona import metrics
 
 
@@ -126,9 +127,9 @@ def exact_wilcoxon(differences) -> float:
     return float(np.mean([abs(t - mean) >= abs(observed - mean) - 1e-12 for t in totals]))
 
 
-def test_win_rate_summary_counts_ties_and_drops_undefined_queries():
+def test_win_rate_summary_counts_ties_and_drops_undefined_queries_on_request():
     shift = [0.3, -0.1, 0.0, 0.25, np.nan, 0.6, -0.45, 0.05, 0.0, 0.15, 0.7]
-    summary = metrics.win_rate_summary(shift)
+    summary = metrics.win_rate_summary(shift, undefined="drop")
     defined = [s for s in shift if not math.isnan(s)]
     assert summary["queries"] == len(defined) == 10
     assert (summary["wins"], summary["ties"], summary["losses"]) == (6, 2, 2)
@@ -138,8 +139,24 @@ def test_win_rate_summary_counts_ties_and_drops_undefined_queries():
     assert summary["p_wilcoxon"] == pytest.approx(exact_wilcoxon([s for s in defined if s != 0]))
 
 
+def test_by_default_an_undefined_query_is_a_tie_over_all_queries_and_the_tests_are_unchanged():
+    # The paper's W% are whole numbers of all 54 / 86 queries: an undefined κ is no win and a shift of 0.
+    shift = [0.3, -0.1, 0.0, 0.25, np.nan, 0.6, -0.45, 0.05, 0.0, 0.15, 0.7]
+    summary = metrics.win_rate_summary(shift)
+    defined = [s for s in shift if not math.isnan(s)]
+    assert summary["queries"] == 11
+    assert (summary["wins"], summary["ties"], summary["losses"]) == (6, 3, 2)
+    assert summary["win_rate"] == pytest.approx(100 * 6 / 11)
+    assert summary["mean_shift"] == pytest.approx(sum(defined) / 11)
+    # Ties and zero shifts leave both tests as they are.
+    assert summary["p_sign"] == pytest.approx(exact_sign_test(6, 2))
+    assert summary["p_wilcoxon"] == pytest.approx(exact_wilcoxon([s for s in defined if s != 0]))
+    with pytest.raises(StressprobeError, match=r"analysis\.undefined_kappa"):
+        metrics.win_rate_summary(shift, undefined="skip")
+
+
 def test_win_rate_summary_without_data_gives_nan_p_values():
-    summary = metrics.win_rate_summary([np.nan, 0.0, 0.0])
+    summary = metrics.win_rate_summary([np.nan, 0.0, 0.0], undefined="drop")
     assert summary["queries"] == 2 and summary["win_rate"] == 0
     assert math.isnan(summary["p_sign"]) and math.isnan(summary["p_wilcoxon"])
     assert math.isnan(metrics.win_rate_summary([])["win_rate"])

@@ -97,8 +97,10 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["prepare_dataset"] == len(judging["datasets"])
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])
     assert jobs["cdv_prepare"] == len(cdv["datasets"])
-    # The official UMBRELA template is fetched (and checksummed) by one job, never read from the repository.
+    # The official UMBRELA template and the released summary template are fetched (and checksummed) by one
+    # job each, never read from the repository.
     assert jobs["fetch_prompt"] == 1
+    assert jobs["fetch_summary_prompt"] == 1
 
 
 def test_the_judge_prompt_is_the_official_umbrela_template(paper):
@@ -110,6 +112,47 @@ def test_the_judge_prompt_is_the_official_umbrela_template(paper):
     assert judging["prompt_sha256"] == "0acee5259241028d3edb2a4f6a142238f8616f661eda75c37197447f2df2d0e1"
     # §3.2.1: GAP is a fixed system prompt
     assert paper["personas"]["delivery"] == {"evidence": "prefix", "gap": "system"}
+
+
+def test_summaries_are_the_released_template_with_its_settings(paper):
+    # §3.4: "the prompt template and generation settings released with the prior summary-based judging
+    # study"; d-lab/ecir26-summarisation-llm-relevance-judgement, code/gpt_summarisation.py's defaults.
+    judging = paper["judging"]
+    assert judging["summary_prompt"] == (
+        "https://raw.githubusercontent.com/d-lab/ecir26-summarisation-llm-relevance-judgement/"
+        "8ac6cfaf4e209a0a6ecaee854118b521ec849661/code/templates/summarization_template_gpt_limit80.txt"
+    )
+    assert (
+        judging["summary_prompt_sha256"] == "1dda30f940788219c6d5cc035cce588ce156accd0ffa4b356b65949cb2628812"
+    )
+    assert paper["models"][judging["summarizer"]]["model"].startswith("gpt-4o-")
+    assert judging["summary_max_tokens"] == 300
+    assert all(entry["summarize"] for entry in judging["datasets"].values())
+    # Answers are read as the same study's released judging code reads them (the paper is silent).
+    assert (judging["answer_reader"], judging["judge_max_tokens"], judging["unparsed"]) == (
+        "authors",
+        64,
+        "zero",
+    )
+
+
+def test_the_paper_inputs_are_pinned_and_models_in_the_tables_order(paper):
+    datasets = paper["judging"]["datasets"]
+    dl20, rag24 = datasets["dl20"]["expect"], datasets["rag24"]["expect"]
+    assert (dl20["queries"], len(set(dl20["qids"])), dl20["runs"], dl20["grades"]) == (
+        54,
+        54,
+        59,
+        [0, 1, 2, 3],
+    )
+    assert (rag24["queries"], rag24["qids"], rag24["runs"], rag24["grades"]) == (86, None, None, [0, 1, 2, 3])
+    assert datasets["dl20"]["accept"] == datasets["rag24"]["accept"] == []
+    assert datasets["rag24"]["title"] is False
+    assert paper["analysis"]["undefined_kappa"] == "tie"
+    # Tables 3 and 4 list GPT-4o, GPT-4o-mini, LLaMA-70B, LLaMA-8B, Qwen-72B, Qwen-7B.
+    assert paper["judging"]["models"] == [
+        "gpt-4o", "gpt-4o-mini", "llama-3.1-70b", "llama-3.1-8b", "qwen2.5-72b", "qwen2.5-7b"
+    ]  # fmt: skip
 
 
 def test_dry_run_is_fast(plan):

@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stressprobe import plots
 from stressprobe.errors import StressprobeError
-from stressprobe.persona import analysis, paper_tables
+from stressprobe.persona import analysis, figures, judgment_tables, paper_tables, system_tables
 from tests.test_analysis import DELTA, kappa_rows, systems_frame
 from tests.test_metrics import tau_b_by_definition
 
@@ -35,7 +34,7 @@ def md_rows(path):
 
 
 def test_table3_sets_w_and_delta_side_by_side_and_bolds_the_best_w_per_row(tmp_path):
-    analysis.write_win_rate_tables(kappa_frame(), 0.05, tmp_path / "t3", tmp_path / "t3_detail")
+    judgment_tables.write_win_rate_tables(kappa_frame(), 0.05, tmp_path / "t3", tmp_path / "t3_detail")
     wide = pd.read_csv(tmp_path / "t3.csv")
     assert list(wide.columns) == [
         "dataset",
@@ -56,7 +55,7 @@ def test_table3_sets_w_and_delta_side_by_side_and_bolds_the_best_w_per_row(tmp_p
 
 def test_table4_blocks_tau_then_rbo_per_dataset_models_by_conditions_umbrela_last():
     systems, scores = systems_frame()
-    long = analysis.ranking_agreement_table(systems, phi=0.9)
+    long = system_tables.ranking_agreement_table(systems, phi=0.9)
     blocks = paper_tables.ranking_blocks_table(long, ["baseline/umbrela", "fixed/gap"])
     assert list(blocks.columns) == ["dataset", "metric", "model", "fixed/gap", "baseline/umbrela"]
     assert blocks[["metric", "model"]].values.tolist() == [
@@ -76,7 +75,7 @@ def test_table4_blocks_tau_then_rbo_per_dataset_models_by_conditions_umbrela_las
 
 def test_table5_has_both_ndcg_shifts_and_bolds_the_largest_mean_rank_shift_per_dataset(tmp_path):
     systems, scores = systems_frame()
-    table = analysis.displacement_by_condition_table(analysis.displacement_frame(systems)).iloc[0]
+    table = system_tables.displacement_by_condition_table(system_tables.displacement_frame(systems)).iloc[0]
     signed = np.mean(
         [
             np.mean([scores[(m, "fixed/gap")][r] - scores[(m, "baseline/umbrela")][r] for r in "abcd"])
@@ -88,10 +87,10 @@ def test_table5_has_both_ndcg_shifts_and_bolds_the_largest_mean_rank_shift_per_d
     frame = pd.DataFrame(
         {"dataset": ["x", "x", "y", "y"], "condition": list("pqpq"), "mean |Δr|": [1.0, 2.0, 3.0, 0.5]}
     )
-    mask = analysis.best_in_datasets(frame, "mean |Δr|")
+    mask = system_tables.best_in_datasets(frame, "mean |Δr|")
     assert mask["mean |Δr|"].tolist() == [False, True, True, False]
     assert not mask["condition"].any()
-    analysis.write_displacement_table(systems, tmp_path / "t5")
+    system_tables.write_displacement_table(systems, tmp_path / "t5")
     column = list(pd.read_csv(tmp_path / "t5.csv").columns).index("mean |Δr|")
     assert md_rows(tmp_path / "t5.md")[0][column].startswith("**")
 
@@ -105,7 +104,9 @@ def two_datasets(order_models):
 
 def test_table6_rows_are_sorted_by_mean_rank_shift_within_datasets_in_config_order():
     # Config lists m2 first, but m1 is the more sensitive (mean |Δr| 1.0 vs 0.5).
-    table = analysis.displacement_ci_table(analysis.displacement_frame(two_datasets(["m2", "m1"])), 200, 42)
+    table = system_tables.displacement_ci_table(
+        system_tables.displacement_frame(two_datasets(["m2", "m1"])), 200, 42
+    )
     assert table[["dataset", "model"]].astype(str).values.tolist() == [
         ["e", "m1"],
         ["e", "m2"],
@@ -120,7 +121,7 @@ def test_table6_rows_are_sorted_by_mean_rank_shift_within_datasets_in_config_ord
 
 def test_table7_configured_systems_and_families_grouped_by_type_with_ranges():
     systems, _ = systems_frame()
-    displacement = analysis.displacement_frame(systems)
+    displacement = system_tables.displacement_frame(systems)
     types = {"d": {"a": "dense", "b": "dense", "c": "sparse"}}
     table = paper_tables.representative_systems_table(displacement, types, {"d": ["a", "b*", "c"]}, top_k=1)
     assert table[["systems", "runs", "type"]].values.tolist() == [["a, b*", 2, "dense"], ["c", 1, "sparse"]]
@@ -132,7 +133,7 @@ def test_table7_configured_systems_and_families_grouped_by_type_with_ranges():
 def test_table7_falls_back_to_the_most_sensitive_runs_and_marks_missing_types():
     systems, _ = systems_frame()
     table = paper_tables.representative_systems_table(
-        analysis.displacement_frame(systems), {"d": {"a": "dense"}}, {}, top_k=2
+        system_tables.displacement_frame(systems), {"d": {"a": "dense"}}, {}, top_k=2
     )
     # b and c tie on sensitivity; c has the larger max |Δr|.
     assert table[["systems", "type"]].values.tolist() == [["a", "dense"], ["c", "unknown"]]
@@ -142,7 +143,7 @@ def test_table7_entry_matching_no_run_is_a_one_line_error():
     systems, _ = systems_frame()
     with pytest.raises(StressprobeError, match=r"analysis\.representative_systems\.d: 'zz\*' matches no run"):
         paper_tables.representative_systems_table(
-            analysis.displacement_frame(systems), {}, {"d": ["a", "zz*"]}, top_k=2
+            system_tables.displacement_frame(systems), {}, {"d": ["a", "zz*"]}, top_k=2
         )
 
 
@@ -178,7 +179,7 @@ def test_figure2_has_a_row_per_dataset_in_order_and_a_column_per_model():
             for condition in ("baseline/umbrela", "fixed/gap"):
                 rows += [(dataset, model, condition, f"r{i}", h + 0.01) for i, h in enumerate(human)]
     systems = pd.DataFrame(rows, columns=["dataset", "model", "condition", "run", "ndcg"])
-    fig = plots.ndcg_scatter_grid(
+    fig = figures.ndcg_scatter_grid(
         systems, ["dl", "rag"], ["m1", "m2"], ["baseline/umbrela", "fixed/gap"], width=7.0, font_size=7
     )
     axes = np.array(fig.axes[:4]).reshape(2, 2)
@@ -224,5 +225,5 @@ def test_paper_orders_tables_3_and_4_by_source_and_table_5_by_role(tmp_path):
         "condition": ["baseline/umbrela", "fixed/gap", "personahub/query"],
     }
     frame = pd.concat([systems.astype({"condition": str, "model": str, "dataset": str}), extra])
-    analysis.write_displacement_table(analysis.categorize(frame, order), tmp_path / "t5")
+    system_tables.write_displacement_table(analysis.categorize(frame, order), tmp_path / "t5")
     assert pd.read_csv(tmp_path / "t5.csv")["condition"].tolist() == ["personahub/query", "fixed/gap"]

@@ -8,18 +8,19 @@ import pytest
 from matplotlib.colors import to_rgba
 
 from stressprobe import plots
+from stressprobe.persona import figures
 from stressprobe.persona.judging import CONDITIONS
 
 OPTIONS = {"width": 3.5, "font_size": 7, "columns": 2}
 
 
 def test_condition_colours_are_fixed_whatever_the_selection():
-    everything = plots.condition_colors(list(CONDITIONS))
+    everything = figures.condition_colors(list(CONDITIONS))
     assert len(set(everything.values())) == len(CONDITIONS)
-    subset = plots.condition_colors(["uspersona/domain", "baseline/umbrela"])
+    subset = figures.condition_colors(["uspersona/domain", "baseline/umbrela"])
     assert subset["uspersona/domain"] == everything["uspersona/domain"]
     assert subset["baseline/umbrela"] == everything["baseline/umbrela"]
-    assert plots.condition_colors(list(reversed(CONDITIONS))) == everything
+    assert figures.condition_colors(list(reversed(CONDITIONS))) == everything
 
 
 @pytest.fixture
@@ -36,8 +37,8 @@ def systems():
 
 def test_scatter_colours_each_condition_with_its_fixed_colour(systems):
     conditions = list(CONDITIONS[:3])
-    fig = plots.ndcg_scatter(systems, [("d1", "m"), ("d2", "m")], conditions, **OPTIONS)
-    colors = plots.condition_colors(conditions)
+    fig = figures.ndcg_scatter(systems, [("d1", "m"), ("d2", "m")], conditions, **OPTIONS)
+    colors = figures.condition_colors(conditions)
     ax = fig.axes[0]
     assert len(ax.collections) == len(conditions)
     for collection, condition in zip(ax.collections, conditions, strict=True):
@@ -68,11 +69,11 @@ def test_figures_are_byte_identical_on_rerun(systems, tmp_path):
         }
     )
     makers = {
-        "heat": lambda: plots.kappa_heatmap(
+        "heat": lambda: figures.kappa_heatmap(
             agreement, ["d1"], ["m"], ["fixed/evidence", "fixed/gap"], **OPTIONS
         ),
-        "scatter": lambda: plots.ndcg_scatter(systems, [("d1", "m")], list(CONDITIONS[:3]), **OPTIONS),
-        "shift": lambda: plots.label_shift_figure(shares, ["d1"], ["fixed/gap"], **OPTIONS),
+        "scatter": lambda: figures.ndcg_scatter(systems, [("d1", "m")], list(CONDITIONS[:3]), **OPTIONS),
+        "shift": lambda: figures.label_shift_figure(shares, ["d1"], ["fixed/gap"], **OPTIONS),
     }
     for name, make in makers.items():
         for run in ("a", "b"):
@@ -86,6 +87,6 @@ def test_figures_are_byte_identical_on_rerun(systems, tmp_path):
 
 
 def test_save_figure_leaves_no_temporary_files(systems, tmp_path):
-    fig = plots.ndcg_scatter(systems, [("d1", "m")], list(CONDITIONS[:2]), **OPTIONS)
+    fig = figures.ndcg_scatter(systems, [("d1", "m")], list(CONDITIONS[:2]), **OPTIONS)
     plots.save_figure(fig, tmp_path / "f.png", tmp_path / "f.pdf", dpi=50)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]

@@ -3,7 +3,14 @@ from pathlib import Path
 import pytest
 
 from stressprobe.errors import StressprobeError
-from stressprobe.persona.prompts import judge_prompt, load_template, parse_label, persona_phrase, render
+from stressprobe.persona.prompts import (
+    judge_prompt,
+    load_summary_template,
+    load_template,
+    parse_label,
+    persona_phrase,
+    render,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 UMBRELA = ROOT / "resources" / "prompts" / "umbrela.txt"
@@ -110,3 +117,24 @@ def test_persona_prefix_is_the_only_difference_between_conditions():
 )
 def test_persona_phrase_reads_after_you_are_acting_as(persona, phrase):
     assert persona_phrase(persona) == phrase
+
+
+def test_a_released_style_summary_template_is_filled_where_it_says_doc(tmp_path):
+    # A stand-in of the released template's structure (the test's own words): the document goes at {DOC}.
+    released = tmp_path / "summary_stand_in.txt"
+    released.write_text("Summarize this {kind} of text in 80 tokens.\nDocument:\n{DOC}", encoding="utf-8")
+    template = load_summary_template(released)
+    passage = "A passage that mentions {query} and {DOC} literally."
+    expected = released.read_text(encoding="utf-8").replace("{DOC}", passage)  # as the released code fills it
+    assert render(template, query="ignored", passage=passage) == expected
+    own = tmp_path / "own.txt"
+    own.write_text("Summarize: {passage}", encoding="utf-8")
+    assert load_summary_template(own) == "Summarize: {passage}"
+    both = tmp_path / "both.txt"
+    both.write_text("{DOC} for {query}", encoding="utf-8")
+    with pytest.raises(StressprobeError, match="both .DOC. and"):
+        load_summary_template(both)
+    neither = tmp_path / "neither.txt"
+    neither.write_text("Summarize.", encoding="utf-8")
+    with pytest.raises(StressprobeError, match="lacks the placeholder"):
+        load_summary_template(neither)

@@ -121,6 +121,7 @@ rule analysis_win_rate:
     params:
         order=analysis_order(),
         alpha=config["analysis"]["alpha"],
+        undefined_kappa=config["analysis"]["undefined_kappa"],
     script:
         "../../scripts/analysis_win_rate.py"
 
@@ -352,6 +353,7 @@ rule analysis_persona_sources:
     params:
         order=analysis_order(),
         rbo_phi=config["analysis"]["rbo_phi"],
+        undefined_kappa=config["analysis"]["undefined_kappa"],
     script:
         "../../scripts/analysis_persona_sources.py"
 
@@ -382,5 +384,6 @@ rule analysis_vs_paper:
         rbo_phi=config["analysis"]["rbo_phi"],
         bootstrap=config["analysis"]["bootstrap"],
         names=config["analysis"]["vs_paper"]["names"],
+        undefined_kappa=config["analysis"]["undefined_kappa"],
     script:
         "../../scripts/analysis_vs_paper.py"

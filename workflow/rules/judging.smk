@@ -28,6 +28,27 @@ if _fetch.is_url(config["judging"]["prompt"]):
             "../../scripts/fetch_prompt.py"
 
 
+# The released summary template (judging.summary_prompt is a URL), fetched and checked the same way.
+if _fetch.is_url(config["judging"]["summary_prompt"]):
+
+    rule fetch_summary_prompt:
+        output:
+            summary_template(),
+        log:
+            "results/logs/prompts/fetch_summary_template.log",
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        resources:
+            **config["resources"]["small"],
+        params:
+            url=config["judging"]["summary_prompt"],
+            sha256=config["judging"]["summary_prompt_sha256"],
+            config_key="judging.summary_prompt",
+        script:
+            "../../scripts/fetch_prompt.py"
+
+
 rule summarize:
     input:
         unpack(summary_inputs),
@@ -82,6 +103,7 @@ rule judge:
         prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
         delivery=fixed_delivery,
         system_message=config["judging"]["system_message"],
+        reader=config["judging"]["answer_reader"],
         calibration=lambda w: label_calibration(w.model),
     script:
         "../../scripts/judge.py"
@@ -117,6 +139,7 @@ rule judge_vllm:
         prefill=lambda w: model_prefill(w.model, config["judging"]["answer_prefix"]),
         delivery=config["personas"]["delivery"],
         system_message=config["judging"]["system_message"],
+        reader=config["judging"]["answer_reader"],
     script:
         "../../scripts/judge_group.py"
 

@@ -1,16 +1,16 @@
-"""Judging datasets: read topics, qrels, passages and runs; select queries and the pairs to judge.
+"""Judging datasets: read topics, qrels, passages and runs, and write the prepared files.
 
 A dataset comes from local files (topics `qid<TAB>text`, TREC qrels, passages as `docid<TAB>text` or JSONL,
 a directory of TREC runs) or from an `ir_datasets` id plus a local runs directory. Bad input is an error
 naming file and line; the few tolerable irregularities are logged and counted (see each function).
+Selecting the queries and pairs to judge: `stressprobe.persona.selection`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +156,9 @@ def read_runs_dir(directory: str | Path) -> dict[str, Run]:
     return {run_name(p): read_run(p) for p in paths}
 
 
-def passage_from_json(record: Mapping[str, Any], where: str) -> tuple[str, str]:
-    """(docid, text) of a JSON passage; a `title` is prepended to the text when present."""
+def passage_from_json(record: Mapping[str, Any], where: str, title: bool = True) -> tuple[str, str]:
+    """(docid, text) of a JSON passage; its `title`, when present, is prepended if `title` (the dataset's
+    `title` switch; the papers do not say, UMBRELA's code reads the segment alone)."""
     docid = next((record[k] for k in PASSAGE_ID_KEYS if record.get(k) not in (None, "")), None)
     text = next((record[k] for k in PASSAGE_TEXT_KEYS if isinstance(record.get(k), str)), None)
     if docid is None or text is None:
@@ -165,13 +166,13 @@ def passage_from_json(record: Mapping[str, Any], where: str) -> tuple[str, str]:
             f"{where}: a passage needs an id ({'/'.join(PASSAGE_ID_KEYS)}) and a text "
             f"({'/'.join(PASSAGE_TEXT_KEYS)}); fix the record"
         )
-    title = record.get("title")
-    if isinstance(title, str) and title.strip():
-        text = f"{title.strip()}\n{text}"
+    heading = record.get("title")
+    if title and isinstance(heading, str) and heading.strip():
+        text = f"{heading.strip()}\n{text}"
     return str(docid), text
 
 
-def read_passages(path: str | Path, wanted: set[str]) -> dict[str, str]:
+def read_passages(path: str | Path, wanted: set[str], title: bool = True) -> dict[str, str]:
     """The texts of the `wanted` docids found in a passages file (`.jsonl`/`.json` = JSONL, else TSV).
 
     Only wanted passages are kept, so a full collection can be given without loading it into memory.
@@ -179,7 +180,7 @@ def read_passages(path: str | Path, wanted: set[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     if Path(path).suffix in (".jsonl", ".json"):
         for lineno, record in iter_jsonl(path):
-            docid, text = passage_from_json(record, f"{path}:{lineno}")
+            docid, text = passage_from_json(record, f"{path}:{lineno}", title)
             if docid in wanted:
                 found[docid] = text.strip()
         return found
@@ -232,13 +233,13 @@ class Source:
     qrels_origin: str = ""  # file or id named in errors about the qrels
 
 
-def load_local_source(topics: str, qrels: str, passages: str) -> Source:
-    """A dataset from local files."""
+def load_local_source(topics: str, qrels: str, passages: str, title: bool = True) -> Source:
+    """A dataset from local files (`title`: prepend a JSON passage's title)."""
     return Source(
         name=str(topics),
         topics=read_topics(topics),
         qrels=read_qrels(qrels),
-        passages=lambda wanted: read_passages(passages, wanted),
+        passages=lambda wanted: read_passages(passages, wanted, title),
         qrels_origin=str(qrels),
     )
 
@@ -287,7 +288,7 @@ def load_ir_datasets_source(dataset_id: str, load: Callable[[str], Any] | None =
     return Source(name=origin, topics=topics, qrels=qrels, passages=passages, qrels_origin=origin)
 
 
-def load_source(entry: Mapping[str, Any], key: str) -> Source:
+def load_source(entry: Mapping[str, Any], key: str, title: bool = True) -> Source:
     """The source of a dataset config entry (`key` names it in errors)."""
     if entry["source"] == "ir_datasets":
         if not entry.get("ir_datasets_id"):
@@ -298,174 +299,12 @@ def load_source(entry: Mapping[str, Any], key: str) -> Source:
         raise StressprobeError(
             f"config key '{key}.{missing[0]}': required when source is local; give a file path"
         )
-    return load_local_source(entry["topics"], entry["qrels"], entry["passages"])
-
-
-# ---- selection ------------------------------------------------------------------------------------
-
-
-def check_qrels_in_topics(source: Source) -> None:
-    """Every judged query must have a text: judging needs it, so a missing one is an error."""
-    missing = sorted(set(source.qrels) - set(source.topics))
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise StressprobeError(
-            f"{source.qrels_origin}: query '{missing[0]}'{more} is judged but not in the topics of "
-            f"{source.name}; add it to the topics or remove its judgments"
-        )
-
-
-def select_queries(
-    judged: Iterable[str], queries: None | int | list[str | int], seed: int, key: str
-) -> list[str]:
-    """The query subset: all judged queries (None), the listed qids, or a seeded sample of a count.
-
-    Listed qids may be numbers (YAML reads `[1030303]` as an int); they are compared as text.
-    """
-    judged_set = set(judged)  # built once for the membership checks below
-    judged = sorted(judged_set)
-    if queries is None:
-        return judged
-    if isinstance(queries, int):
-        if queries > len(judged):
-            raise StressprobeError(
-                f"config key '{key}': asks for {queries} queries but only {len(judged)} are judged; lower it"
-            )
-        return sorted(random.Random(seed).sample(judged, queries))
-    queries = [str(q) for q in queries]
-    unknown = [q for q in queries if q not in judged_set]
-    if unknown:
-        raise StressprobeError(
-            f"config key '{key}': query '{unknown[0]}' is not a judged query of the dataset; fix the list"
-        )
-    return sorted(set(queries))
-
-
-def subsample_by_grade(grades: Mapping[str, int], limit: int | None, rng: random.Random) -> list[str]:
-    """Up to `limit` judged docids, taken round-robin over grades (highest first) from seeded shuffles.
-
-    Round-robin keeps every grade present: a plain random sample would be mostly grade 0 on TREC pools.
-    """
-    if limit is None or len(grades) <= limit:
-        return sorted(grades)
-    by_grade = {
-        g: sorted(d for d, x in grades.items() if x == g) for g in sorted(set(grades.values()), reverse=True)
-    }
-    for docids in by_grade.values():
-        rng.shuffle(docids)
-    chosen: list[str] = []
-    while len(chosen) < limit:
-        for docids in by_grade.values():
-            if docids and len(chosen) < limit:
-                chosen.append(docids.pop())
-    return sorted(chosen)
+    return load_local_source(entry["topics"], entry["qrels"], entry["passages"], title)
 
 
 def ranked(scores: Mapping[str, float]) -> list[str]:
     """Docids in trec_eval order: score descending, ties by docid descending (the rank column is ignored)."""
     return [d for d, _ in sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)]
-
-
-def unjudged_top_k(
-    runs: Mapping[str, Run], qrels: Qrels, qids: Iterable[str], k: int
-) -> set[tuple[str, str]]:
-    """(qid, docid) pairs in some run's top `k` for a selected query that the human qrels do not judge."""
-    pairs = set()
-    for qid in qids:
-        for run in runs.values():
-            pairs.update((qid, d) for d in ranked(run.get(qid, {}))[:k] if d not in qrels.get(qid, {}))
-    return pairs
-
-
-def restrict_runs(
-    runs: Mapping[str, Run], topics: Mapping[str, str], qids: Iterable[str]
-) -> tuple[dict[str, Run], int]:
-    """Runs limited to the selected queries, and how many run queries were not in the topics at all.
-
-    Those are dropped with a logged warning and counted rather than refused: runs often cover more
-    topics than the topics file holds; worth a look, not worth stopping for.
-    """
-    qids = set(qids)
-    restricted, outside = {}, 0
-    for name, run in runs.items():
-        unknown = sorted(set(run) - set(topics))
-        if unknown:
-            log.warning(
-                "run %s: %d queries not in the topics, ignored (e.g. %s)", name, len(unknown), unknown[0]
-            )
-        outside += len(unknown)
-        restricted[name] = {qid: run[qid] for qid in sorted(set(run) & qids)}
-    return restricted, outside
-
-
-@dataclass
-class PreparedDataset:
-    """What the judging study reads: selected topics, the judged pairs, their human grades, and the runs."""
-
-    topics: dict[str, str]
-    qrels: Qrels  # human grades of the judged pairs only, so human and LLM qrels cover the same pool
-    pairs: list[dict[str, str]]  # {"qid","docid","passage"}, sorted by qid then docid
-    runs: dict[str, Run]
-    run_metadata: dict[str, str] = field(default_factory=dict)
-    warnings: dict[str, int] = field(default_factory=dict)  # counted, logged irregularities
-
-
-def prepare_dataset(
-    source: Source,
-    runs: Mapping[str, Run],
-    *,
-    queries: None | int | list[str | int] = None,
-    max_passages_per_query: int | None = None,
-    unjudged_top_k_depth: int = 0,
-    seed: int = 0,
-    key: str = "dataset",
-    run_metadata: Mapping[str, str] | None = None,
-) -> PreparedDataset:
-    """Select queries and pairs, fetch the passages and restrict the runs.
-
-    Judged pairs: the human qrels of the selected queries (subsampled per query when
-    `max_passages_per_query` is set); plus, when `unjudged_top_k_depth` > 0, unjudged documents of the
-    runs' top-k. A judged pair without a passage text is an error; an unjudged one is skipped and counted.
-    """
-    check_qrels_in_topics(source)
-    qids = select_queries(source.qrels, queries, seed, f"{key}.queries")
-    rng = random.Random(seed)
-    judged = {qid: subsample_by_grade(source.qrels[qid], max_passages_per_query, rng) for qid in qids}
-    qrels = {qid: {d: source.qrels[qid][d] for d in docids} for qid, docids in judged.items()}
-    extra = unjudged_top_k(runs, source.qrels, qids, unjudged_top_k_depth)
-    wanted = {d for docids in judged.values() for d in docids} | {d for _, d in extra}
-    texts = source.passages(wanted)
-    missing = sorted({(q, d) for q, docids in judged.items() for d in docids if d not in texts})
-    if missing:
-        raise StressprobeError(
-            f"{source.name}: no passage text for judged document '{missing[0][1]}' (query '{missing[0][0]}'; "
-            f"{len(missing)} judged documents lack one); add them to the passages"
-        )
-    skipped = sorted(p for p in extra if p[1] not in texts)
-    if skipped:
-        log.warning("%d unjudged top-k documents have no passage text and are not judged", len(skipped))
-    pairs = {(q, d) for q, docids in judged.items() for d in docids} | (extra - set(skipped))
-    metadata = dict(run_metadata or {})
-    unknown_runs = sorted(set(metadata) - set(runs))
-    if unknown_runs:
-        log.warning(
-            "run metadata names %d runs not in the runs directory (e.g. %s)",
-            len(unknown_runs),
-            unknown_runs[0],
-        )
-    restricted, outside = restrict_runs(runs, source.topics, qids)
-    return PreparedDataset(
-        topics={qid: source.topics[qid] for qid in qids},
-        qrels=qrels,
-        pairs=[{"qid": q, "docid": d, "passage": texts[d]} for q, d in sorted(pairs)],
-        runs=restricted,
-        run_metadata={r: metadata[r] for r in sorted(metadata) if r in runs},
-        warnings={
-            "run_queries_not_in_topics": outside,
-            "unjudged_without_passage": len(skipped),
-            "unknown_runs_in_metadata": len(unknown_runs),
-        },
-    )
 
 
 # ---- writers --------------------------------------------------------------------------------------

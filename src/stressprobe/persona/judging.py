@@ -11,7 +11,15 @@ from typing import Any, Protocol
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response, label_distribution
 from stressprobe.persona.data import Qrels
-from stressprobe.persona.prompts import DELIVERIES, LABELS, JudgeTemplate, judge_messages, parse_label, render
+from stressprobe.persona.prompts import (
+    DELIVERIES,
+    LABELS,
+    RULES,
+    JudgeTemplate,
+    judge_messages,
+    read_label,
+    render,
+)
 
 # The nine judging conditions, `source/role`: the plain prompt, two fixed assessor roles, and three roles
 # retrieved per query from each persona pool.
@@ -201,7 +209,8 @@ def persona_delivery(source: str, role: str, deliveries: Mapping[str, str]) -> s
 class JudgeSettings:
     """How every pair of a judge cell is asked: the template (user message text), the answer's token
     limit, top-k log-probabilities, the start of the answer for models with `answer_prefill` (else None),
-    the template's system message (None: none is sent) and how the persona is delivered."""
+    the template's system message (None: none is sent), how the persona is delivered, and how the answers
+    are read (`judging.answer_reader`; it changes no request)."""
 
     template: str
     max_tokens: int
@@ -209,6 +218,7 @@ class JudgeSettings:
     prefill: str | None = None
     system: str | None = None
     delivery: str = "prefix"
+    reader: str = "strict"
 
     def request(self, query: str, text: str, persona: str | None) -> Request:
         """The request of one pair under one condition: greedy (temperature 0)."""
@@ -241,8 +251,9 @@ def condition_settings(
     logprobs: int,
     prefill: str | None,
     deliveries: Mapping[str, str],
+    reader: str = "strict",
 ) -> JudgeSettings:
-    """How every pair of one condition's cell is asked (the same for a cell job and a vLLM job of all cells)."""
+    """How every pair of one condition's cell is asked and read (the same for a cell job and a vLLM job)."""
     source, role = split_condition(condition)
     return JudgeSettings(
         template.user,
@@ -251,6 +262,7 @@ def condition_settings(
         prefill,
         system=template.system,
         delivery=persona_delivery(source, role, deliveries),
+        reader=reader,
     )
 
 
@@ -260,11 +272,16 @@ def expected_grade(probs: Mapping[str, float] | None) -> float | None:
 
 
 def judgment_record(
-    summary: Mapping[str, Any], persona: str | None, response: Response | None, prefill: str | None = None
+    summary: Mapping[str, Any],
+    persona: str | None,
+    response: Response | None,
+    prefill: str | None = None,
+    reader: str = "strict",
 ) -> dict[str, Any]:
     """One line of a judgments file; `response` is None when the pair's summary failed (nothing to judge).
 
-    `raw` is the whole answer: the prefill (when the model was given one) and what the model wrote after it.
+    `raw` is the whole answer: the prefill (when the model was given one) and what the model wrote after it;
+    `label_rule` says which rule of the `reader` found the grade (None: none did, status `unparsed`).
     """
     record: dict[str, Any] = {"qid": summary["qid"], "docid": summary["docid"], "persona": persona}
     if response is None or response.error is not None:
@@ -278,9 +295,10 @@ def judgment_record(
             "expected": None,
             "error": error,
             "label_source": None,
+            "label_rule": None,
         }
     answer = (prefill or "") + response.text
-    label = parse_label(answer)
+    label, rule = read_label(answer, reader)
     probs = label_distribution(response.top_logprobs, LABELS)
     return {
         **record,
@@ -292,6 +310,7 @@ def judgment_record(
         "error": None,
         # How `label` was read: parsed from the answer; stressprobe.persona.calibration may read it from `probs`.
         "label_source": "parsed",
+        "label_rule": rule,
     }
 
 
@@ -308,21 +327,27 @@ def judge_cell(
     # A pair whose summary failed gets an `error` record without a call, in its place.
     return [
         judgment_record(
-            s, personas[s["qid"]], None if s["status"] == "error" else next(responses), settings.prefill
+            s,
+            personas[s["qid"]],
+            None if s["status"] == "error" else next(responses),
+            settings.prefill,
+            settings.reader,
         )
         for s in summaries
     ]
 
 
 def cell_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Counts of a cell: pairs, per status, with a label distribution, and per label."""
+    """Counts of a cell: pairs, per status, with a label distribution, per label, and per reading rule."""
     statuses = Counter(record["status"] for record in records)
     labels = Counter(str(record["label"]) for record in records if record["label"] is not None)
+    rules = Counter(record.get("label_rule") for record in records)
     return {
         "pairs": len(records),
         **{status: statuses.get(status, 0) for status in STATUSES},
         "with_probs": sum(record["probs"] is not None for record in records),
         "labels": {label: labels.get(label, 0) for label in LABELS},
+        "read_by": {rule: rules.get(rule, 0) for rule in RULES},
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from stressprobe.errors import StressprobeError
 from stressprobe.persona.data import GRADES  # one grade scale for qrels, labels and statistics
 
 #: Decimals kept before ranking systems: scores equal up to float summation noise count as ties.
@@ -86,11 +87,17 @@ def kappa_per_query(labels: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFra
     )
 
 
-def win_rate_summary(shift: Sequence[float]) -> dict[str, float]:
+#: `analysis.undefined_kappa`: a query whose κ is undefined on either side is a tie (Δ = 0, kept in the
+#: denominator) or dropped.
+UNDEFINED_KAPPA = ("tie", "drop")
+
+
+def win_rate_summary(shift: Sequence[float], undefined: str = "tie") -> dict[str, float]:
     """Win rate and mean κ shift of a condition over the baseline, with their paired tests.
 
-    `shift` holds, per query, κ(condition, human) − κ(baseline, human); NaN entries (κ undefined on
-    either side) are dropped. W% = 100 · wins / queries (a tie is not a win). The sign test is an exact
+    `shift` holds, per query, κ(condition, human) − κ(baseline, human); a NaN entry (κ undefined on
+    either side) counts as a tie, Δ = 0 (`undefined` "tie"), or is dropped ("drop"). W% = 100 · wins /
+    queries (a tie is not a win), Δ̄ the mean over the same queries. The sign test is an exact
     two-sided binomial test of wins against losses (ties dropped). Δ̄ is tested with the Wilcoxon
     signed-rank test (zero shifts dropped, as in the sign test): per-query κ differences are bounded,
     skewed and often tied at a few values, so a t-test's normality assumption does not hold on 50–90
@@ -98,8 +105,12 @@ def win_rate_summary(shift: Sequence[float]) -> dict[str, float]:
     """
     from scipy import stats
 
+    if undefined not in UNDEFINED_KAPPA:
+        raise StressprobeError(
+            f"config key 'analysis.undefined_kappa': {undefined!r}; use one of {', '.join(UNDEFINED_KAPPA)}"
+        )
     shift = np.asarray(shift, dtype=float)
-    shift = shift[~np.isnan(shift)]
+    shift = np.nan_to_num(shift, nan=0.0) if undefined == "tie" else shift[~np.isnan(shift)]
     wins, losses = int((shift > 0).sum()), int((shift < 0).sum())
     nonzero = shift[shift != 0]
     return {

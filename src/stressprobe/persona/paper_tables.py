@@ -14,7 +14,7 @@ import pandas as pd
 
 from stressprobe import tables
 from stressprobe.errors import StressprobeError
-from stressprobe.persona import analysis
+from stressprobe.persona import analysis, system_tables
 from stressprobe.persona.judging import CONDITIONS
 
 BASELINE = CONDITIONS[0]
@@ -24,7 +24,7 @@ METRICS = ("τ-b", "RBO")
 def ranking_blocks_table(ranking: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
     """Table 4 in blocks: rows dataset × metric (τ-b, then RBO) × model, a column per condition.
 
-    `ranking` is the long Table 4 (`analysis.ranking_agreement_table`); `conditions` are the configured
+    `ranking` is the long Table 4 (`system_tables.ranking_agreement_table`); `conditions` are the configured
     ones, laid out in the paper's order (PersonaHub, USPersona, Evidence, GAP, UMBRELA last); a condition
     absent from the table is left out.
     """
@@ -73,7 +73,7 @@ def representative_systems_table(
     the dataset is an error naming it (a typo would silently drop a system). Runs without metadata get
     the type `unknown`.
     """
-    sensitivity = analysis.sensitivity_frame(displacement, ["dataset"])
+    sensitivity = system_tables.sensitivity_frame(displacement, ["dataset"])
     rows = []
     for dataset, block in sensitivity.groupby("dataset", observed=True, sort=True):
         block = block.set_index("run")
@@ -117,7 +117,7 @@ _DECIMALS = {"mean |Δr| min": 2, "mean |Δr| max": 2, "max |Δr| min": 1, "max 
 
 def write_ranking_blocks(systems: pd.DataFrame, phi: float, conditions: Sequence[str], stem: str) -> None:
     """Table 4 in the paper's layout: τ-b and RBO blocks per dataset, models × conditions."""
-    table = ranking_blocks_table(analysis.ranking_agreement_table(systems, phi), conditions)
+    table = ranking_blocks_table(system_tables.ranking_agreement_table(systems, phi), conditions)
     tables.write_table(table, stem)
 
 
@@ -146,5 +146,7 @@ def write_representative_systems(
     """
     if datasets is not None:
         check_selection(selection, datasets)
-    table = representative_systems_table(analysis.displacement_frame(systems), run_types, selection, top_k)
+    table = representative_systems_table(
+        system_tables.displacement_frame(systems), run_types, selection, top_k
+    )
     tables.write_table(table, stem, _DECIMALS)

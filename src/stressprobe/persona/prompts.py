@@ -34,6 +34,28 @@ _LONE_GRADE = re.compile(r"\s*(\d)\s*\.?\s*")
 _FIRST_LINE_GRADE = re.compile(r"\s*(\d)[ \t]*\n")
 
 
+# The summary template released with the prior summary-based judging study (Mohtadi et al., 2026;
+# d-lab/ecir26-summarisation-llm-relevance-judgement) marks the document as {DOC}, and its code puts the
+# document's text there (every occurrence, nothing else replaced). A summary template may use it instead
+# of {passage}.
+RELEASED_DOC = "{DOC}"
+
+
+def load_summary_template(path: str | Path) -> str:
+    """A summary template: the project's format (`{passage}`, optionally `{query}`) or the released one
+    (`{DOC}`), returned in the project's format so that `render` fills it as the released code does."""
+    path = Path(path)
+    text = _read_text(path)
+    if RELEASED_DOC not in text:
+        _check_placeholders(text, SUMMARY_PLACEHOLDERS, path)
+        return text
+    if PLACEHOLDER.search(text):
+        raise StressprobeError(
+            f"{path}: the template has both {RELEASED_DOC} and {{query}}/{{passage}}; keep one placeholder style"
+        )
+    return text.replace(RELEASED_DOC, "{passage}")
+
+
 def load_template(path: str | Path, required: tuple[str, ...]) -> str:
     """Read a prompt template and check that it has every `{placeholder}` in `required`."""
     path = Path(path)
@@ -193,12 +215,47 @@ def parse_label(text: str) -> int | None:
     (`final score of 0-3`, `0 = the passage has nothing...`), a numbered list (`1. The passage...`) or a
     digit inside other text (a bare `score: 2` may be an M/T aspect score) return None, never 0.
     """
+    return _read_strict(text)[0]
+
+
+def _read_strict(text: str) -> tuple[int | None, str | None]:
     plain = _MARKUP.sub("", text)
-    grades = {match.group(1) for match in _FINAL_SCORE.finditer(plain)}
+    grades, rule = {match.group(1) for match in _FINAL_SCORE.finditer(plain)}, "final_score"
     if not grades:
         lone = _LONE_GRADE.fullmatch(plain) or _FIRST_LINE_GRADE.match(plain)
-        grades = {lone.group(1)} if lone else set()
+        grades, rule = ({lone.group(1)} if lone else set()), "lone_grade"
     if len(grades) != 1:
-        return None
+        return None, None
     (grade,) = grades
-    return int(grade) if grade in LABELS else None
+    return (int(grade), rule) if grade in LABELS else (None, None)
+
+
+# How the prior study's released judging code finds a grade (d-lab/ecir26-summarisation-llm-relevance-
+# judgement at 8ac6cfa, code/gpt_summarized_relavance_judgement.py): the first "final score:" followed by
+# a grade 0-3, in any case and spacing; failing that, the first 0-3 that stands alone as a word anywhere.
+_AUTHORS_FINAL_SCORE = re.compile(r"final\s*score\s*:\s*([0-3])", re.IGNORECASE)
+_AUTHORS_ANY_GRADE = re.compile(r"\b([0-3])\b")
+#: `judging.answer_reader`: the project's strict reading, or the authors' released one.
+READERS = ("strict", "authors")
+#: What `read_label` reports as the rule that found a grade (None: no grade found).
+RULES = ("final_score", "lone_grade", "first_grade")
+
+
+def read_label(text: str, reader: str = "strict") -> tuple[int | None, str | None]:
+    """(grade, rule that found it) of a judge's answer, or (None, None) when the reader finds no grade.
+
+    `strict` is `parse_label` (rules `final_score`, `lone_grade`); `authors` reads as the prior study's
+    released code does (rules `final_score`, then `first_grade`: the first standalone 0-3 anywhere, so a
+    numbered list or an echoed scale can give a grade there).
+    """
+    if reader == "strict":
+        return _read_strict(text)
+    if reader != "authors":
+        raise StressprobeError(
+            f"config key 'judging.answer_reader': {reader!r}; use one of {', '.join(READERS)}"
+        )
+    for pattern, rule in ((_AUTHORS_FINAL_SCORE, "final_score"), (_AUTHORS_ANY_GRADE, "first_grade")):
+        match = pattern.search(text)
+        if match:
+            return int(match.group(1)), rule
+    return None, None

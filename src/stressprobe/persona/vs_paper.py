@@ -1,5 +1,8 @@
 """How close a run came to the persona paper: its values beside the published ones, cell by cell.
 
+Only numbers the paper prints are compared (its Tables 3–7 and numbers of its running text); each line of
+the values file names where it is printed.
+
 The published values live in a TSV (`resources/paper/persona_values.tsv`, format in
 `resources/paper/README.md`): one line per cell, keyed by table, dataset, model, condition, systems and
 metric. The run's values are computed from the analysis frames with the same functions as its tables,
@@ -19,7 +22,7 @@ import pandas as pd
 from stressprobe import tables
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_tsv_lines
-from stressprobe.persona import analysis
+from stressprobe.persona import judgment_tables, system_tables
 
 KEY = ["table", "dataset", "model", "condition", "systems", "metric"]
 COLUMNS = [*KEY, "value", "ci_low", "ci_high", "source"]
@@ -43,6 +46,14 @@ METRICS = {
         "max_abs_rank_min": "max |Δr| min",
         "max_abs_rank_max": "max |Δr| max",
     },
+    # Numbers printed in the running text only (the `source` names the section).
+    "text": {
+        "queries": "judged queries of the dataset (§3.1)",
+        "consistent_pairs": "system-condition pairs moving the same way under every model (§4.4.2)",
+        "system_condition_pairs": "system-condition pairs (§4.4.2)",
+        "mean_delta_rank": "mean Δr of a system under a condition over the models (§4.4.2)",
+        "annotator_kappa": "Cohen's κ of the two annotators' query-domain mapping (§3.2.1; no run value)",
+    },
 }
 #: Which key fields a table's cells use (the others stay blank).
 FIELDS = {
@@ -53,6 +64,19 @@ FIELDS = {
     "table6": ("dataset", "model"),
     "table7": ("dataset", "systems"),
 }
+#: The running text's numbers use the fields of their metric.
+TEXT_FIELDS = {
+    "queries": ("dataset",),
+    "consistent_pairs": ("dataset",),
+    "system_condition_pairs": ("dataset",),
+    "mean_delta_rank": ("dataset", "condition", "systems"),
+    "annotator_kappa": (),
+}
+
+
+def fields_of(table: str, metric: str) -> tuple[str, ...]:
+    """The key fields a cell of `table` and `metric` uses."""
+    return TEXT_FIELDS[metric] if table == "text" else FIELDS[table]
 
 
 def _number(text: str, path, lineno: int, column: str) -> float:
@@ -98,9 +122,13 @@ def read_paper_values(path: str | Path) -> pd.DataFrame:
                 f"{path}:{lineno}: metric '{metric}' is not one of {table}'s ({', '.join(METRICS[table])})"
             )
         for name in ("dataset", "model", "condition", "systems"):
-            if (name in FIELDS[table]) != bool(row[name]):
-                need = "needs" if name in FIELDS[table] else "leaves blank"
-                raise StressprobeError(f"{path}:{lineno}: {table} {need} the '{name}' field; fix the line")
+            if (name in fields_of(table, metric)) != bool(row[name]):
+                need = "needs" if name in fields_of(table, metric) else "leaves blank"
+                raise StressprobeError(
+                    f"{path}:{lineno}: {table} {metric} {need} the '{name}' field; fix the line"
+                )
+        if not row["source"]:
+            raise StressprobeError(f"{path}:{lineno}: no source; name where the value is printed")
         value = _number(row["value"], path, lineno, "value")
         if bool(row["ci_low"]) != bool(row["ci_high"]):
             raise StressprobeError(f"{path}:{lineno}: give both ci_low and ci_high or neither")
@@ -145,42 +173,79 @@ def _rename(frame: pd.DataFrame, names: Mapping[str, str]) -> pd.DataFrame:
     return frame
 
 
+def text_values(kappa: pd.DataFrame, displacement: pd.DataFrame) -> pd.DataFrame:
+    """The run's values of the numbers printed in the text (`text` table), but `mean_delta_rank`, which
+    depends on the paper's rows (see `run_values`). Per dataset: judged queries (every query of the human
+    qrels has κ rows) and, from the direction-consistency counts, the consistent and all system-condition
+    pairs."""
+    rows = []
+    queries = kappa.groupby(kappa["dataset"].astype(str))["qid"].nunique()
+    rows += [{"dataset": d, "metric": "queries", "value": float(n)} for d, n in queries.items()]
+    if not displacement.empty:
+        _, counts = system_tables.direction_consistency_tables(displacement)
+        totals = counts.groupby(counts["dataset"].astype(str))[["consistent", "pairs"]].sum()
+        for dataset, row in totals.iterrows():
+            rows.append({"dataset": dataset, "metric": "consistent_pairs", "value": float(row["consistent"])})
+            rows.append(
+                {"dataset": dataset, "metric": "system_condition_pairs", "value": float(row["pairs"])}
+            )
+    return pd.DataFrame(rows, columns=["dataset", "metric", "value"]).assign(table="text")
+
+
 def run_values(
     kappa: pd.DataFrame,
     systems: pd.DataFrame,
     phi: float,
     bootstrap: Mapping,
-    table7_rows: pd.DataFrame,
+    paper_rows: pd.DataFrame,
     names: Mapping[str, str],
+    undefined: str = "tie",
 ) -> pd.DataFrame:
-    """The run's values of Figure 1 and Tables 3–7 in the values file's long form (names already mapped).
+    """The run's values of Figure 1, Tables 3–7 and the text's numbers in the values file's long form
+    (names already mapped).
 
-    `table7_rows` are the paper's Table 7 cells: the run's |Δr| ranges are computed over the same systems
-    (its `systems` field: run names or `prefix*` families, separated by spaces).
+    `paper_rows` are the paper's cells: for Table 7 the run's |Δr| ranges are computed over the same
+    systems (its `systems` field: run names or `prefix*` families, separated by spaces), for the text's
+    `mean_delta_rank` the run's mean Δr of the same system and condition over its models.
     """
     from stressprobe.persona import paper_tables
 
-    displacement = analysis.displacement_frame(systems)
-    parts = [_long(analysis.kappa_agreement_table(kappa), "figure1")]
-    detail = analysis.win_rate_significance_table(kappa)
+    displacement = system_tables.displacement_frame(systems)
+    parts = [_long(judgment_tables.kappa_agreement_table(kappa), "figure1")]
+    detail = judgment_tables.win_rate_significance_table(kappa, undefined)
     if not detail.empty:
         parts.append(_long(detail, "table3"))
-    parts.append(_long(analysis.ranking_agreement_table(systems, phi), "table4"))
-    parts.append(_long(analysis.displacement_by_condition_table(displacement), "table5"))
-    ci = analysis.displacement_ci_table(
+    parts.append(_long(system_tables.ranking_agreement_table(systems, phi), "table4"))
+    parts.append(_long(system_tables.displacement_by_condition_table(displacement), "table5"))
+    ci = system_tables.displacement_ci_table(
         displacement, bootstrap["resamples"], bootstrap["seed"], bootstrap.get("level", 0.95)
     )
     parts.append(_long(ci, "table6", ci=("CI low", "CI high")))
+    parts.append(_keyed(text_values(kappa, displacement)))
     out = _rename(pd.concat([p for p in parts if not p.empty], ignore_index=True), names)
-    # Table 7: per paper row, the run's ranges over the same systems (datasets renamed back to the run's).
     back = {paper: run for run, paper in names.items()}
     rows = []
+    # The text's mean Δr of one system under one condition, averaged over the models.
+    shifts = paper_rows[(paper_rows["table"] == "text") & (paper_rows["metric"] == "mean_delta_rank")]
+    for dataset, condition, run in shifts[["dataset", "condition", "systems"]].itertuples(index=False):
+        block = displacement[
+            (displacement["dataset"].astype(str) == back.get(dataset, dataset))
+            & (displacement["condition"].astype(str) == condition)
+            & (displacement["run"].astype(str) == run)
+        ]
+        if not block.empty:
+            rows.append(
+                {"table": "text", "dataset": dataset, "condition": condition, "systems": run,
+                 "metric": "mean_delta_rank", "value": float(block["delta_rank"].mean())}
+            )  # fmt: skip
+    # Table 7: per paper row, the run's ranges over the same systems (datasets renamed back to the run's).
+    table7_rows = paper_rows[paper_rows["table"] == "table7"]
     for dataset, entries in table7_rows[["dataset", "systems"]].drop_duplicates().itertuples(index=False):
         run_dataset = back.get(dataset, dataset)
         block = displacement[displacement["dataset"].astype(str) == run_dataset]
         if block.empty:
             continue
-        sensitivity = analysis.sensitivity_frame(block, ["dataset"]).set_index("run")
+        sensitivity = system_tables.sensitivity_frame(block, ["dataset"]).set_index("run")
         expanded = paper_tables.expand_systems(entries.split(), list(sensitivity.index))
         runs = sorted({r for matched in expanded.values() for r in matched})
         if not runs:
@@ -291,10 +356,11 @@ def write_vs_paper(
     names: Mapping[str, str],
     stem: str,
     summary_stem: str,
+    undefined: str = "tie",
 ) -> None:
     """The reproduction scorecard: every published cell beside the run's, and a summary per metric."""
     paper = read_paper_values(values_path)
-    run = run_values(kappa, systems, phi, bootstrap, paper[paper["table"] == "table7"], names)
+    run = run_values(kappa, systems, phi, bootstrap, paper, names, undefined)
     table = vs_paper_table(paper.drop(columns="source"), run)
     table.insert(len(table.columns), "source", paper["source"].to_numpy())
     tables.write_table(table, stem, _DECIMALS)

@@ -18,7 +18,7 @@ def cost_inputs(wildcards):
     """
     inputs = {
         "judge_template": judge_template(),
-        "summary_template": config["judging"]["summary_prompt"],
+        "summary_template": summary_template(),
     }
     for dataset in cost_judging_datasets():
         inputs[f"{dataset}_pairs"] = f"results/data/{dataset}/pairs.jsonl"

@@ -77,6 +77,24 @@ def judge_template():
     return spec
 
 
+# The summary template likewise (issue 23). Kept apart in these few lines so that it can move onto the
+# generic pattern for pinned sources with the judge template.
+stop_on_error(
+    _fetch.check_source,
+    config["judging"]["summary_prompt"],
+    config["judging"]["summary_prompt_sha256"],
+    "judging.summary_prompt",
+)
+
+
+def summary_template():
+    """The summary template file jobs read: the configured path, or where its download job puts it."""
+    spec = config["judging"]["summary_prompt"]
+    if _fetch.is_url(spec):
+        return f"results/prompts/summary_template{_fetch.url_suffix(spec)}"
+    return spec
+
+
 def fixed_delivery(wildcards):
     """How a fixed persona is delivered (`personas.delivery`), only for that role; {} for other conditions."""
     if wildcards.source != "fixed":
@@ -134,7 +152,7 @@ def summary_inputs(wildcards):
         "topics": TOPICS.format(dataset=wildcards.dataset),
     }
     if summarizes(wildcards.dataset):
-        inputs["template"] = config["judging"]["summary_prompt"]
+        inputs["template"] = summary_template()
     return inputs
 
 

@@ -1,0 +1,190 @@
+"""The persona paper's inputs through the workflow: the summary template fetched from a URL with a pinned
+sha256 (a local HTTP server serves a stand-in of the released file's structure) and sent exactly as the
+released code sends it, and a dataset that differs from what config/paper.yaml pins stopped with one line
+before any model call (or accepted on purpose)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import yaml
+
+from stressprobe.errors import StressprobeError
+from stressprobe.io import read_jsonl
+from stressprobe.persona.pins import check_pinned
+from tests.support.api_workdir import DATASET, error_lines, run_workflow, write_api_config, write_judging_data
+from tests.support.helpers import ROOT, make_workdir, shared_data
+from tests.support.openai_server import OpenAIServer
+from tests.test_judge_template import FileServer
+
+# A stand-in of the released summary template's structure (instructions, then the document at {DOC});
+# the words are the test's own.
+STAND_IN = "Summarize the document below in about 80 tokens; add nothing.\nDocument:\n{DOC}"
+SUMMARIES = "results/judging/tiny/summaries.jsonl"
+PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def served_summary_template(tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    data = STAND_IN.encode()
+    (served / "summarization_stand_in.txt").write_bytes(data)
+    with FileServer(served) as files:
+        yield files.url("summarization_stand_in.txt"), hashlib.sha256(data).hexdigest()
+
+
+def summary_config(workdir, base_url, url, sha256):
+    """The API test config summarizing the tiny dataset with the served template and the paper's settings."""
+    judging = PAPER["judging"]
+    return write_api_config(
+        workdir,
+        base_url,
+        {
+            f"judging.datasets.{DATASET}.summarize": True,
+            "judging.summarizer": "api",
+            "judging.summary_prompt": url,
+            "judging.summary_prompt_sha256": sha256,
+            "judging.summary_max_tokens": judging["summary_max_tokens"],
+            "cdv.enabled": False,
+        },
+    )
+
+
+def test_every_summary_request_is_the_fetched_template_filled_in_as_one_user_message(
+    tmp_path, served_summary_template
+):
+    url, sha256 = served_summary_template
+    workdir = make_workdir(tmp_path / "work")
+    write_judging_data(workdir)
+    with OpenAIServer() as server:
+        config = summary_config(workdir, server.base_url, url, sha256)
+        run_workflow(workdir, config, SUMMARIES)
+        bodies = [json.loads(key) for key in server.requests]
+    assert (workdir / "results" / "prompts" / "summary_template.txt").read_bytes() == STAND_IN.encode()
+    passages = dict(
+        line.split("\t", 1) for line in (workdir / "data" / "passages.tsv").read_text().splitlines()
+    )
+    # As the released code sends it: the template with the document at {DOC}, the only message, greedy,
+    # at most 300 tokens.
+    expected = sorted(
+        json.dumps([{"role": "user", "content": STAND_IN.replace("{DOC}", p)}], sort_keys=True)
+        for p in passages.values()
+    )
+    assert sorted(json.dumps(b["messages"], sort_keys=True) for b in bodies) == expected
+    assert {(b["temperature"], b["max_tokens"]) for b in bodies} == {(0.0, 300)}
+    assert len(read_jsonl(workdir / SUMMARIES)) == len(passages)
+
+
+def test_a_summary_template_checksum_mismatch_stops_with_one_line_before_any_call(
+    tmp_path, served_summary_template
+):
+    url, sha256 = served_summary_template
+    workdir = make_workdir(tmp_path / "work")
+    write_judging_data(workdir)
+    wrong = "e" * 64
+    with OpenAIServer() as server:
+        config = summary_config(workdir, server.base_url, url, wrong)
+        run = run_workflow(workdir, config, SUMMARIES, check=False)
+        calls = server.total_requests
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    errors = error_lines(run.stderr)
+    assert len(errors) == 1, run.stderr[-3000:]
+    assert errors[0].startswith("error: config key 'judging.summary_prompt_sha256'")
+    assert sha256 in errors[0] and wrong in errors[0]
+    assert calls == 0 and not (workdir / SUMMARIES).exists()
+
+
+# ---- pinned inputs ----
+
+
+def pinned_dl20(**changes):
+    """config/paper.yaml's DL20 entry made local (the test's files), with `changes` applied."""
+    entry = {k: v for k, v in PAPER["judging"]["datasets"]["dl20"].items() if k != "ir_datasets_id"}
+    files = {"topics": "data/topics.tsv", "qrels": "data/qrels.txt", "passages": "data/passages.tsv"}
+    entry.update({"source": "local", **files, "runs": "data/runs", **changes})
+    return entry
+
+
+def write_dl20_like(workdir, qids, runs):
+    """A dataset of the given query ids (two passages each, grades 0-3 over them) and `runs` run files."""
+    data = workdir / "data"
+    (data / "runs").mkdir(parents=True, exist_ok=True)
+    topics, qrels, passages, lines = [], [], [], []
+    for i, qid in enumerate(qids):
+        topics.append(f"{qid}\tquery number {i}\n")
+        for p in range(2):
+            qrels.append(f"{qid} 0 {qid}p{p} {(i + p) % 4}\n")
+            passages.append(f"{qid}p{p}\tpassage {p} of query {i}\n")
+            lines.append(f"{qid} Q0 {qid}p{p} {p + 1} {2 - p} run\n")
+    (data / "topics.tsv").write_text("".join(topics))
+    (data / "qrels.txt").write_text("".join(qrels))
+    (data / "passages.tsv").write_text("".join(passages))
+    for r in range(runs):
+        (data / "runs" / f"r{r}.run").write_text("".join(lines))
+
+
+def test_a_dataset_with_53_queries_under_the_paper_config_is_refused_in_one_line_before_any_call(tmp_path):
+    workdir = make_workdir(tmp_path / "work")
+    qids = [str(q) for q in PAPER["judging"]["datasets"]["dl20"]["expect"]["qids"]]
+    write_dl20_like(workdir, qids[:53], runs=59)
+    with OpenAIServer() as server:
+        config = write_api_config(
+            workdir,
+            server.base_url,
+            {
+                "judging.datasets": {"dl20": pinned_dl20()},
+                "judging.summarizer": "api",
+                "cdv.enabled": False,
+            },
+        )
+        run = run_workflow(workdir, config, "results/judging/dl20/summaries.jsonl", check=False)
+        calls = server.total_requests
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    errors = error_lines(run.stderr)
+    assert len(errors) == 1, run.stderr[-3000:]
+    assert errors[0] == (
+        f"error: dataset 'dl20': expected 54 queries, found 53; expected the paper's 54 query ids, found "
+        f"missing {qids[53]} (config key 'judging.datasets.dl20.expect'); use the paper's files, or accept "
+        "the difference on purpose with 'judging.datasets.dl20.accept: ['queries', 'qids']'"
+    )
+    assert calls == 0
+    assert not (workdir / "results" / "data" / "dl20" / "pairs.jsonl").exists()
+
+
+def test_pins_name_each_difference_and_accept_takes_it_on_purpose():
+    qrels = {"a": {"x": 0, "y": 2}, "b": {"x": 1}}
+    expect = {"queries": 2, "qids": ["a", "b"], "runs": 3, "grades": [0, 1, 2, 3]}
+    with pytest.raises(StressprobeError) as info:
+        check_pinned("d", expect, [], ["a", "b"], qrels, ["r1", "r2"])
+    message = str(info.value)
+    assert "expected 3 runs, found 2; expected grades [0, 1, 2, 3], found [0, 1, 2]" in message
+    assert "'judging.datasets.d.accept: ['runs', 'grades']'" in message and "\n" not in message
+    assert check_pinned("d", expect, ["runs", "grades"], ["a", "b"], qrels, ["r1", "r2"]) == [
+        "expected 3 runs, found 2",
+        "expected grades [0, 1, 2, 3], found [0, 1, 2]",
+    ]
+    assert check_pinned("d", {}, [], ["a"], qrels, ["r1"]) == []  # nothing pinned: nothing checked
+    with pytest.raises(StressprobeError, match=r"'judging\.datasets\.d\.accept': unknown item 'run'"):
+        check_pinned("d", expect, ["run"], ["a", "b"], qrels, ["r1", "r2", "r3"])
+
+
+def test_the_real_dl20_files_meet_the_paper_pins_but_their_39_runs(tmp_path):
+    """Through the prepare job: the shared DL20 data has the paper's 54 queries and grades, and 39 of the
+    59 official runs, a difference accepted on purpose with `accept: [runs]`."""
+    dl20 = shared_data("dl20")
+    workdir = make_workdir(tmp_path / "work")
+    entry = pinned_dl20(
+        topics=str(dl20 / "topics.tsv"),
+        qrels=str(dl20 / "qrels.txt"),
+        passages=str(dl20 / "passages.tsv"),
+        runs=str(dl20 / "runs"),
+        accept=["runs"],
+    )
+    config = write_api_config(workdir, None, {"judging.datasets": {"dl20": entry}, "cdv.enabled": False})
+    run_workflow(workdir, config, "results/data/dl20/topics.tsv")
+    log = (workdir / "results" / "logs" / "data" / "dl20" / "prepare.log").read_text()
+    assert "accepted on purpose (judging.datasets.dl20.accept): expected 59 runs, found 39" in log
+    assert len((workdir / "results" / "data" / "dl20" / "topics.tsv").read_text().splitlines()) == 54
