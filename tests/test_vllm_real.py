@@ -122,7 +122,7 @@ def test_a_model_folder_that_does_not_exist_is_one_error_line(env, tmp_path):
         "Face format or a Hugging Face id"
     ]
     assert "results/logs/judging/tiny/judge/gpu.log" in proc.stderr
-    assert not list((workdir / "results/judging").rglob("*.jsonl*"))
+    assert not [p for p in (workdir / "results/judging/tiny/judgments").rglob("*") if p.is_file()]
 
 
 SERVED_JOB = """
