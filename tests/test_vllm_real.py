@@ -23,7 +23,8 @@ from tests.support import vllm_env
 from tests.support.api_workdir import error_lines, write_api_config, write_judging_data
 from tests.support.helpers import make_workdir, snakemake_command
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# A bound, not a target: the first test may also make the environment (≈ 25 min on 2 busy cores).
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 CONDITIONS = ["baseline/umbrela", "fixed/gap"]
 PAIRS = 3  # one query, three passages
