@@ -67,7 +67,7 @@ seconds, hit_rate = run(conversations)
 shuffled = list(conversations)
 random.Random(0).shuffle(shuffled)
 shuffled_seconds, shuffled_hit_rate = run(shuffled)
-print(json.dumps({"seconds": seconds, "hit_rate": hit_rate, "shuffled_seconds": shuffled_seconds,
+print("RESULT", json.dumps({"seconds": seconds, "hit_rate": hit_rate, "shuffled_seconds": shuffled_seconds,
                   "shuffled_hit_rate": shuffled_hit_rate}))
 """
 
@@ -109,7 +109,10 @@ def run_bare(python: Path, entry: dict, conversations_file: Path) -> dict[str, f
     proc = subprocess.run(command, capture_output=True, text=True, env=vllm_env.job_env())
     if proc.returncode != 0:
         raise SystemExit(f"the bare loop failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    (result,) = [
+        line for line in proc.stdout.splitlines() if line.startswith("RESULT ")
+    ]  # vLLM logs there too
+    return json.loads(result.removeprefix("RESULT "))
 
 
 def main() -> None:
