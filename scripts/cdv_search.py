@@ -25,4 +25,7 @@ def main(smk):
     )
 
 
-run_script(main, snakemake)  # noqa: F821
+# A process that vLLM starts by spawn (its engine core, its workers) re-runs this file as `__mp_main__`,
+# where Snakemake's `snakemake` object does not exist: only the job's own process runs the job.
+if __name__ == "__main__":
+    run_script(main, snakemake)  # noqa: F821

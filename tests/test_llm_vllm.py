@@ -1,4 +1,5 @@
-"""The vllm backend's translation of Requests (vllm itself needs a GPU: a stand-in module records the calls)."""
+"""The vllm backend's translation of Requests, against a fake vllm module that records the calls (the real
+engine's answers are tested in tests/test_vllm_real.py)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ def test_requests_become_one_chat_call_with_sampling_params(tmp_path, monkeypatc
         "max_model_len": 4096,
         "dtype": "auto",
         "enable_prefix_caching": True,
+        "enforce_eager": False,
+        "kv_cache_memory_bytes": None,
     }
     assert len(calls["chat"]) == 1  # all prompts in one batch, the rerun came from the cache
     conversations, params = calls["chat"][0]
@@ -123,3 +126,23 @@ def test_missing_vllm_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
     with pytest.raises(StressprobeError, match=r"models\.big\.backend: vllm is not installed"):
         open_client({"big": ENTRY}, "big", tmp_path / "c.sqlite")
+
+
+def test_a_temperature_below_vllms_floor_is_decoded_greedily(tmp_path, monkeypatch):
+    calls: dict = {}
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(calls))
+    request = Request.chat(user="evaluate", n=2, temperature=0.001, seed=3)
+    with open_client({"big": ENTRY}, "big", tmp_path / "c.sqlite") as client:
+        (answer,) = client.generate([request])
+    # vLLM would raise 0.001 to 0.01 and sample; greedy is one sample, repeated.
+    (params,) = calls["chat"][0][1]
+    assert (params.kwargs["temperature"], params.kwargs["n"]) == (0.0, 1)
+    assert answer.texts == ["evaluate#0"] * 2
+
+    # `vllm` leaves the temperature to vLLM, and is another model identity in the cache.
+    entry = {**ENTRY, "tiny_temperature": "vllm"}
+    with open_client({"big": entry}, "big", tmp_path / "c.sqlite") as client:
+        (sampled,) = client.generate([request])
+    (params,) = calls["chat"][1][1]
+    assert (params.kwargs["temperature"], params.kwargs["n"]) == (0.001, 2)
+    assert not sampled.cached and sampled.texts == ["evaluate#0", "evaluate#1"]

@@ -1,5 +1,6 @@
 """vLLM models served side by side inside one job (stressprobe.llm.serving), with the stand-in server
-tests/support/vllm_standin/vllm/entrypoints/openai/api_server.py (vllm itself needs a GPU)."""
+tests/support/vllm_standin/vllm/entrypoints/cli/main.py: several servers on their own GPUs and tensor
+parallelism need GPUs (the real server, on the CPU, is tested in tests/test_vllm_real.py)."""
 
 from __future__ import annotations
 
@@ -54,14 +55,20 @@ def events(log) -> list[dict]:
 
 
 def test_the_command_carries_the_in_process_settings_and_vllm_sampling_defaults():
-    command = server_command(MODELS["big"], 8123, seed=7, python="py")
-    assert command[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
-    assert command[-1] == "--enable-prefix-caching"
-    flags = dict(zip(command[3:-1:2], command[4:-1:2], strict=True))
-    assert flags["--model"] == flags["--served-model-name"] == "org/big-72b"
+    entry = {**MODELS["big"], "enforce_eager": True, "kv_cache_memory_bytes": 1 << 28}
+    command = server_command(entry, 8123, seed=7, python="py")
+    assert command[:5] == ["py", "-m", "vllm.entrypoints.cli.main", "serve", "org/big-72b"]
+    switches = [c for c in command if c in ("--enable-prefix-caching", "--enforce-eager")]
+    assert switches == ["--enable-prefix-caching", "--enforce-eager"]
+    rest = [c for c in command[5:] if c not in switches]
+    flags = dict(zip(rest[::2], rest[1::2], strict=True))
+    assert flags["--served-model-name"] == "org/big-72b"
     assert (flags["--host"], flags["--port"], flags["--seed"]) == ("127.0.0.1", "8123", "7")
     assert (flags["--tensor-parallel-size"], flags["--max-model-len"]) == ("2", "4096")
-    assert flags["--generation-config"] == "vllm"
+    assert (flags["--generation-config"], flags["--kv-cache-memory-bytes"]) == ("vllm", str(1 << 28))
+    # Off and unset settings are left to vLLM's defaults.
+    plain = server_command(MODELS["small"], 8123, seed=7, python="py")
+    assert "--enforce-eager" not in plain and "--kv-cache-memory-bytes" not in plain
 
 
 def test_each_model_gets_its_own_slice_of_the_jobs_gpus():

@@ -17,9 +17,13 @@ log = logging.getLogger("stressprobe")
 
 def configure_logging(log_path: str | None) -> None:
     """Send the library's log records to the rule's log file (and stderr when there is none)."""
-    handler: logging.Handler = (
-        logging.FileHandler(log_path, mode="w") if log_path else logging.StreamHandler()
-    )
+    handler: logging.Handler = logging.StreamHandler()
+    if log_path:
+        # Emptied once, then appended to: a library that reconfigures logging (vLLM's dictConfig at import)
+        # closes every handler, and a closed mode-"w" FileHandler drops all later records silently, while
+        # an append-mode one reopens its file on the next record.
+        open(log_path, "w").close()
+        handler = logging.FileHandler(log_path, mode="a")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -10,8 +10,8 @@ job ends, also on an exception:
         with open_client(served, "qwen2.5-72b", cache_path) as client:
             ...
 
-`python -m vllm.entrypoints.openai.api_server` is the entry point `vllm serve` runs. The URL exists only at
-run time; the config schema has no `served_base_url` key, so no config file can set one.
+The servers run `vllm serve` (vLLM deprecates `python -m vllm.entrypoints.openai.api_server`). The URL exists
+only at run time; the config schema has no `served_base_url` key, so no config file can set one.
 """
 
 from __future__ import annotations
@@ -93,37 +93,35 @@ def assign_gpus(models: Mapping[str, Mapping[str, Any]], visible: list[str]) -> 
     return slices
 
 
+def engine_args(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine settings of a registry entry, as keyword arguments of `vllm.LLM` (the in-process backend)
+    and, spelt as flags, of `vllm serve`: one definition, so both paths load the model the same way."""
+    return {
+        "model": str(entry["model"]),
+        "tensor_parallel_size": int(entry.get("tensor_parallel_size", 1)),
+        "gpu_memory_utilization": float(entry.get("gpu_memory_utilization", 0.9)),
+        "max_model_len": int(entry.get("max_model_len", 8192)),
+        "dtype": str(entry.get("dtype", "auto")),
+        "enable_prefix_caching": True,
+        "enforce_eager": bool(entry.get("enforce_eager", False)),
+        "kv_cache_memory_bytes": entry.get("kv_cache_memory_bytes"),
+    }
+
+
 def server_command(entry: Mapping[str, Any], port: int, seed: int, python: str = sys.executable) -> list[str]:
-    """The command line of vLLM's OpenAI-compatible server for one registry entry, with the settings the
-    in-process backend gives `vllm.LLM` (and vLLM's own sampling defaults, not the model's
-    generation_config.json, as offline `LLM.chat` has them)."""
-    model = str(entry["model"])
-    return [
-        python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model,
-        "--served-model-name",
-        model,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--tensor-parallel-size",
-        str(int(entry.get("tensor_parallel_size", 1))),
-        "--gpu-memory-utilization",
-        str(float(entry.get("gpu_memory_utilization", 0.9))),
-        "--max-model-len",
-        str(int(entry.get("max_model_len", 8192))),
-        "--dtype",
-        str(entry.get("dtype", "auto")),
-        "--generation-config",
-        "vllm",
-        "--seed",
-        str(int(seed)),
-        "--enable-prefix-caching",
-    ]
+    """`vllm serve` for one registry entry (run as this interpreter's `vllm` command-line module, so the
+    server uses the job's environment): the in-process engine's settings, and vLLM's own sampling defaults
+    rather than the model's generation_config.json, as offline `LLM.chat` has them."""
+    args = engine_args(entry)
+    command = [python, "-m", "vllm.entrypoints.cli.main", "serve", args.pop("model")]
+    command += ["--served-model-name", str(entry["model"]), "--host", "127.0.0.1", "--port", str(port)]
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            command.append(flag)
+        elif value is not None and value is not False:
+            command += [flag, str(value)]
+    return [*command, "--generation-config", "vllm", "--seed", str(int(seed))]
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

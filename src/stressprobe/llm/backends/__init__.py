@@ -40,6 +40,8 @@ def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         identity["extra_body"] = dict(entry["extra_body"])
     # The same request sent in another shape (no temperature, another token limit) is another question to
     # the model; only settings that differ from OpenAI's enter the key, so existing cache keys stay.
+    if entry.get("tiny_temperature", "greedy") != "greedy":
+        identity["tiny_temperature"] = entry["tiny_temperature"]  # vLLM samples where greedy decodes
     for key in ("token_limit_param", "unsupported_params", "system_role"):
         if entry.get(key) and entry[key] not in ("max_tokens", "system"):
             identity[key] = entry[key]

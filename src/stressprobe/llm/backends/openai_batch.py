@@ -29,7 +29,7 @@ from typing import Any
 
 from stressprobe.io import write_json
 from stressprobe.llm.backends.base import Backend
-from stressprobe.llm.backends.openai import (
+from stressprobe.llm.backends.openai_protocol import (
     RETRYABLE_STATUS,
     chat_arguments,
     connect,

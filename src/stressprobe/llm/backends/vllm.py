@@ -16,13 +16,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+from pathlib import Path
 from typing import Any
 
-from stressprobe.errors import StressprobeError
+from stressprobe.errors import StressprobeError, one_line_tail
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
-from stressprobe.llm.backends.openai import KEYLESS_PLACEHOLDER, OpenAIBackend, preflight
-from stressprobe.llm.serving import SERVED_URL_KEY
+from stressprobe.llm.backends.openai import OpenAIBackend
+from stressprobe.llm.backends.openai_protocol import KEYLESS_PLACEHOLDER, preflight
+from stressprobe.llm.serving import SERVED_URL_KEY, engine_args
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,12 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
     """Import vllm and load the model on the GPU(s), or connect to the job's server of it."""
     if not entry.get("model"):
         raise StressprobeError(f"config models.{name}.model: missing; give a Hugging Face id or a local path")
+    model = str(entry["model"])
+    if model.startswith(("/", "./", "../")) and not Path(model).is_dir():
+        raise StressprobeError(
+            f"config models.{name}.model: {model} is not a folder; give the folder of a model in Hugging Face "
+            "format or a Hugging Face id"
+        )
     if entry.get(SERVED_URL_KEY):
         return open_served_backend(name, entry)
     try:
@@ -46,7 +54,29 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
             f"config models.{name}.backend: vllm is not installed; run this model on a GPU node with "
             "`pip install stressprobe[vllm]`, or use the llamacpp/openai backend"
         ) from None
+    share_job_log(logging.getLogger("vllm"))
     return VllmBackend(name, entry, backend_identity(name, entry), vllm)
+
+
+def share_job_log(engine_log: logging.Logger) -> None:
+    """vLLM's own records of this process (loading, KV cache size, warnings) go to the job's log too: vLLM
+    gives its logger a stdout handler of its own and stops it propagating to the root logger."""
+    for handler in logging.getLogger().handlers:
+        if handler not in engine_log.handlers:
+            engine_log.addHandler(handler)
+
+
+# vLLM raises any positive temperature below this to it, with a warning (SamplingParams, "maxed it out").
+VLLM_MIN_TEMPERATURE = 0.01
+
+
+def as_decoded(request: Request, tiny_temperature: str) -> Request:
+    """The request as vLLM is asked it: with `tiny_temperature: greedy` (the default) a temperature between
+    0 and vLLM's floor (the CDV evaluation's 0.001) is decoded greedily, the limit such a temperature tends
+    to, instead of sampling at vLLM's 0.01; `vllm` leaves it to vLLM. The cache key keeps the asked value."""
+    if tiny_temperature == "greedy" and 0 < request.temperature < VLLM_MIN_TEMPERATURE:
+        return dataclasses.replace(request, temperature=0.0)
+    return request
 
 
 def sampling_params(vllm: Any, request: Request) -> Any:
@@ -91,14 +121,15 @@ class VllmBackend(Backend):
     def __init__(self, name: str, entry: dict[str, Any], identity: dict[str, Any], vllm: Any) -> None:
         super().__init__(name, identity)
         self._vllm = vllm
-        self.llm = vllm.LLM(
-            model=entry["model"],
-            tensor_parallel_size=int(entry.get("tensor_parallel_size", 1)),
-            gpu_memory_utilization=float(entry.get("gpu_memory_utilization", 0.9)),
-            max_model_len=int(entry.get("max_model_len", 8192)),
-            dtype=entry.get("dtype", "auto"),
-            enable_prefix_caching=True,
-        )
+        self.tiny_temperature = entry.get("tiny_temperature", "greedy")
+        try:
+            self.llm = vllm.LLM(**engine_args(entry))
+        except Exception as exc:  # a config, memory or engine-start failure: vLLM raises many kinds
+            reason = one_line_tail(str(exc), 1) or type(exc).__name__
+            raise StressprobeError(
+                f"config models.{name}: vLLM could not load {entry['model']} ({type(exc).__name__}: {reason}); "
+                "vLLM's messages are in the job's log and output above"
+            ) from exc
 
     def complete(self, requests: list[Request]) -> list[Response]:
         # One `chat` call either opens a new assistant turn or continues the final (prefilled) one.
@@ -110,7 +141,7 @@ class VllmBackend(Backend):
                     responses[i] = response
             return responses  # type: ignore[return-value]
         conversations = [r.message_dicts() for r in requests]
-        params = [sampling_params(self._vllm, r) for r in requests]
+        params = [sampling_params(self._vllm, as_decoded(r, self.tiny_temperature)) for r in requests]
         try:
             outputs = self.llm.chat(
                 conversations,
@@ -132,7 +163,7 @@ def open_served_backend(name: str, entry: dict[str, Any]) -> ServedVllmBackend:
     """The model behind its server: check that it answers, then talk the OpenAI protocol to it."""
     base_url = entry[SERVED_URL_KEY]
     preflight(name, base_url, KEYLESS_PLACEHOLDER)
-    return ServedVllmBackend(
+    backend = ServedVllmBackend(
         name,
         backend_identity(name, entry),
         model=entry["model"],
@@ -143,6 +174,8 @@ def open_served_backend(name: str, entry: dict[str, Any]) -> ServedVllmBackend:
         max_retries=3,
         backoff_s=1.0,
     )
+    backend.tiny_temperature = entry.get("tiny_temperature", "greedy")
+    return backend
 
 
 class ServedVllmBackend(OpenAIBackend):
@@ -152,7 +185,10 @@ class ServedVllmBackend(OpenAIBackend):
     kind = "vllm"
     continues_prefill = True
 
+    tiny_temperature = "greedy"
+
     async def acomplete(self, request: Request) -> Response:
+        request = as_decoded(request, self.tiny_temperature)
         if request.temperature == 0 and request.n > 1:
             response = await super().acomplete(dataclasses.replace(request, n=1))
             if response.error is None:

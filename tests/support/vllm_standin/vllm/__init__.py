@@ -1,10 +1,12 @@
-"""A stand-in for the `vllm` package in workflow tests (vllm itself needs a GPU).
+"""A stand-in for the `vllm` package, for the workflow tests of what needs GPUs: models on several GPUs (tensor
+parallelism, each served model on its own slice of the job's GPUs) and GPU memory sizing. Everything else
+runs real vLLM (tests/test_vllm_real.py, vLLM's CPU build).
 
 Put tests/support/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a
 JSON line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests
 per job. Answers follow the judge format (``##final score: <0-3>`` from a hash of the prompt), or the CDV one
 (``Answer: <A-D>``) when the prompt asks for it, with top-k logprobs when asked. The OpenAI-compatible server
-(`python -m vllm.entrypoints.openai.api_server`, as `vllm serve`) records its load in the same log and
+(`vllm serve`) records its load in the same log and
 answers with the same `answer` function.
 """
 

@@ -1,5 +1,6 @@
-"""Stand-in for vLLM's OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`, what
-`vllm serve` runs): parses the flags stressprobe.llm.serving passes (an unknown one fails, as it would in
+"""Stand-in for vLLM's OpenAI-compatible server (`vllm serve`, run as `python -m vllm.entrypoints.cli.main
+serve`), for the tests that need GPUs (several per job, tensor parallelism): parses the flags
+stressprobe.llm.serving passes (an unknown one fails, as it would in
 vLLM), records a `load` event in STRESSPROBE_VLLM_STANDIN_LOG (with the GPUs it was given) and serves
 `/health`, `/v1/models` and `/v1/chat/completions` (tests/support/openai_server.py) with the in-process
 stand-in's answers, logging a `chat` event per request. Test switches: STRESSPROBE_VLLM_STANDIN_EXIT=<status>
@@ -25,8 +26,9 @@ from vllm import answer, record  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="vllm.entrypoints.openai.api_server")
-    parser.add_argument("--model", required=True)
+    parser = argparse.ArgumentParser(prog="vllm")
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
     parser.add_argument("--served-model-name", nargs="+")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8000)
@@ -35,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--enable-prefix-caching", action="store_true")
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--kv-cache-memory-bytes", type=int)
     parser.add_argument("--generation-config", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)

