@@ -18,6 +18,7 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/sources.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/personas.smk"
 include: "workflow/rules/judging.smk"

@@ -89,9 +89,7 @@ def test_value_ablation_table_has_a_row_per_variant(tmp_path):
         write_cell(tmp_path, "D", "v1", v1, replace(SETTINGS, value=name), variant=name)
         for name in ("no_r", "gamma0")
     ]
-    table = value_ablation_table(
-        [str(default / "search.summary.json")], [str(f / "search.summary.json") for f in variants]
-    )
+    table = value_ablation_table([str(f / "search.summary.json") for f in [default, *variants]])
     assert list(table["value"]) == ["paper", "gamma0", "no_r"]
     assert set(table["victim"]) == {"v1"} and set(table["dataset"]) == {"D"}
     for row in table.itertuples():

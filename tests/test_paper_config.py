@@ -88,17 +88,21 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["prepare_dataset"] == len(judging["datasets"])
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])
     assert jobs["cdv_prepare"] == len(cdv["datasets"])
-    # The official UMBRELA template is fetched (and checksummed) by one job, never read from the repository.
-    assert jobs["fetch_prompt"] == 1
+    # Published files are fetched (and checksummed) by one job each, never read from the repository: the
+    # UMBRELA template and the CDV authors' four question samples.
+    assert jobs["fetch_source"] == 1 + len(cdv["datasets"])
+    # Section 4.4: both ablated value functions on the cost experiment's random questions of each dataset.
+    assert jobs["cdv_search_variant"] == 2 * len(cdv["datasets"])
 
 
 def test_the_judge_prompt_is_the_official_umbrela_template(paper):
-    judging = paper["judging"]
-    assert judging["prompt"] == (
+    judging, source = paper["judging"], paper["sources"]["umbrela_zeroshot"]
+    assert judging["prompt"] == "source:umbrela_zeroshot" and judging["prompt_sha256"] is None
+    assert source["url"] == (
         "https://raw.githubusercontent.com/castorini/umbrela/01cc3abfb11fdce82613cf4d58254bb52095c04e/"
         "src/umbrela/prompts/prompt_templates/qrel_zeroshot_bing.yaml"
     )
-    assert judging["prompt_sha256"] == "0acee5259241028d3edb2a4f6a142238f8616f661eda75c37197447f2df2d0e1"
+    assert source["sha256"] == "0acee5259241028d3edb2a4f6a142238f8616f661eda75c37197447f2df2d0e1"
     # §3.2.1: GAP is a fixed system prompt
     assert paper["personas"]["delivery"] == {"evidence": "prefix", "gap": "system"}
 

@@ -26,7 +26,7 @@ rule cdv_prepare:
     resources:
         **config["resources"]["data"],
     params:
-        source=lambda w: config["cdv"]["datasets"][w.dataset],
+        source=cdv_dataset_source,
         seed=config["seed"],
     script:
         "../../scripts/cdv_prepare.py"

@@ -6,28 +6,6 @@
 include: "functions/judging.smk"
 
 
-# A published judge template (judging.prompt is a URL): fetched once, on the submitting host (compute nodes
-# are often offline), and refused unless its sha256 is the configured one.
-if _fetch.is_url(config["judging"]["prompt"]):
-
-    rule fetch_prompt:
-        output:
-            judge_template(),
-        log:
-            "results/logs/prompts/fetch_judge_template.log",
-        localrule: True
-        conda:
-            "../../envs/analysis.yaml"
-        resources:
-            **config["resources"]["small"],
-        params:
-            url=config["judging"]["prompt"],
-            sha256=config["judging"]["prompt_sha256"],
-            config_key="judging.prompt",
-        script:
-            "../../scripts/fetch_prompt.py"
-
-
 rule summarize:
     input:
         unpack(summary_inputs),

@@ -46,6 +46,7 @@ def search_quality_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
         "unparsed_answers": summary.get("unparsed_answers"),
         "truncated_answers": summary.get("truncated_answers"),
         "unparsed_nodes": summary.get("unparsed_nodes"),
+        "successes_with_unread": summary.get("successes_with_unread"),
         "reprompts": summary.get("reprompts"),
         "call_cap_hit": summary.get("call_cap_hit"),
         # Blank when the audit did not run (or audited no success), a count (0 included) when it did.
@@ -92,14 +93,16 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
     )
 
 
-def value_ablation_table(default_paths: list[str], variant_paths: list[str]) -> pd.DataFrame:
+def value_ablation_table(summary_paths: list[str]) -> pd.DataFrame:
     """Section 4.4: per cell and value function, success rate and cost per success.
 
-    `default_paths` are the cells' own summaries (the paper's V), `variant_paths` those under
-    `value/{variant}/`. Cost per success is per successful perturbation (depth >= 1).
+    `summary_paths` holds each ablated cell's own summary (the paper's V, `{cell}/search.summary.json`) and
+    its variants' (`{cell}/value/{variant}/search.summary.json`). Cost per success is per successful
+    perturbation (depth >= 1).
     """
     rows = []
-    for path, levels in [(p, 1) for p in default_paths] + [(p, 3) for p in variant_paths]:
+    for path in summary_paths:
+        levels = 3 if Path(path).parent.parent.name == "value" else 1
         s = _summary(path)
         variant = s.get("value") or ("paper" if levels == 1 else Path(path).parent.name)
         rows.append(

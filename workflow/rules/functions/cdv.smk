@@ -12,10 +12,22 @@ def cdv_datasets():
     return list(config["cdv"]["datasets"])
 
 
+def cdv_question_file(dataset):
+    """A dataset's question file: its local path or pinned source (`source:<name>`); None for Hugging Face."""
+    path = config["cdv"]["datasets"][dataset]["path"]
+    return source_file(path, f"cdv.datasets.{dataset}.path") if path else None
+
+
 def cdv_source_inputs(wildcards):
-    """A local question file is an input, so that editing it prepares the dataset again."""
-    path = config["cdv"]["datasets"][wildcards.dataset].get("path")
+    """A question file is an input, so that editing it (or fetching its source) prepares the dataset again."""
+    path = cdv_question_file(wildcards.dataset)
     return {"questions": path} if path else {}
+
+
+def cdv_dataset_source(wildcards):
+    """The dataset's config entry with its question file resolved (the job reads that file)."""
+    source = config["cdv"]["datasets"][wildcards.dataset]
+    return {**source, "path": cdv_question_file(wildcards.dataset)}
 
 
 def cdv_cell_specs():
@@ -261,12 +273,33 @@ def cdv_value_variants():
     return config["cdv"]["value_variants"]
 
 
+def cdv_value_cells():
+    """The search cells the value-function ablation repeats: the study's, or the cost experiment's random
+    selections (section 4.4's "randomly selected questions from four datasets")."""
+    if not cdv_value_variants():
+        return []
+    if config["cdv"]["value_variant_cells"] == "study":
+        return cdv_cells()
+    return [c for c in cdv_cost_cells() if c[0].endswith(".random")]
+
+
+def _check_value_cells():
+    if cdv_value_variants() and not cdv_value_cells():
+        raise StressprobeError(
+            "config key 'cdv.value_variant_cells': cost_random needs the cost experiment "
+            "(cdv.classifier.cost_study.enabled and label cells); enable it or use study"
+        )
+
+
 def cdv_variant_files(name):
-    """One file per (cell, value-function variant) of the ablation; the default variant is the cell's own."""
+    """The ablation's files: each ablated cell's own (the paper's V) and one per value-function variant."""
     return [
-        f"{cdv_cell_dir(*cell)}/value/{variant}/{name}"
-        for cell in cdv_cells()
-        for variant in cdv_value_variants()
+        path
+        for cell in cdv_value_cells()
+        for path in [
+            f"{cdv_cell_dir(*cell)}/{name}",
+            *(f"{cdv_cell_dir(*cell)}/value/{v}/{name}" for v in cdv_value_variants()),
+        ]
     ]
 
 
@@ -470,3 +503,6 @@ CDV_CELL = cdv_cell_dir("{dataset}", "{proxy}", "{victim}")
 # Registry and dataset names have no slash: a cell's search and its value-variant searches (one level
 # below it) can never match each other's paths.
 CDV_NAME_RE = "[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+stop_on_error(_check_value_cells)
