@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+import yaml
 
+from stressprobe.cdv.questions import prepare_questions
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import check_sources, pinned_sources, resolve, source_file
 from tests.support.api_workdir import error_lines, run_workflow, write_api_config
 from tests.support.file_server import FileServer
-from tests.support.helpers import make_workdir
+from tests.support.helpers import ROOT, make_workdir, shared_data
 
 COMMIT = "0a1acbd5790fd545a78788611d7819a69323d1a7"
 URL = f"https://example.org/owner/repo/{COMMIT}/data/MMLU.json"
@@ -99,3 +101,20 @@ def test_fetch_source_downloads_the_pinned_file_and_refuses_another(tmp_path, se
             [error] = error_lines(run.stderr)
             assert error.startswith("error: config key 'sources.sample.sha256':") and sha256 in error
             assert not (workdir / target).exists()
+
+
+def test_the_papers_question_samples_are_the_authors_release():
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
+    sources = config["sources"]
+    for name, dataset in config["cdv"]["datasets"].items():
+        source = sources[dataset["path"].removeprefix("source:")]
+        assert source["url"].endswith(f"/{source['commit']}/data/{name}.json")
+        assert source["commit"] == COMMIT and dataset["n"] is None  # all 300 questions
+        # The released file is byte-identical to the shared copy, whose checksum is computed here.
+        local = shared_data("cdv", f"{name}.json")
+        assert source["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
+        questions = prepare_questions(name, str(local), None, None, "test", None, 42)
+        assert len(questions) == 300
+    prompts = sources["cdv_prompts"]
+    assert prompts["url"].endswith(f"/{COMMIT}/utils/prompt.py")
+    assert prompts["sha256"] == "6dcb1485fd9037e770f57f043dde761b4359db6741c2ce0586604fc152c55ccd"

@@ -1,4 +1,5 @@
-"""Prompts of the CDV study and the parsing of their answers (no second model call ever parses a reply)."""
+"""The project's own prompts of the CDV study and the parsing of their answers (the offline default; a
+published template file can replace them, see stressprobe.cdv.prompt_file)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ CLASSIFIER_SYSTEM = "You assess exam questions. Reply with one word: yes or no."
 # The letter must be a capital: "answer a question" is not an answer.
 _ANSWER_LINE = re.compile(r"(?i:answer)\s*(?i:is)?\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
 _MARKUP = re.compile(r"[*_`#]")
+_LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 # A proxy reply that lists options or states an answer has left its task (it would change the question).
 _OFF_FORMAT = re.compile(r"(^|\n)\s*\(?[A-E][.)]\s|answer\s*:", re.IGNORECASE)
@@ -61,6 +63,16 @@ def parse_answer(text: str, n_choices: int, prefill: str | None = None) -> int |
     matches = [m.group(1).upper() for m in _ANSWER_LINE.finditer(_MARKUP.sub("", text))]
     valid = [LETTERS.index(m) for m in matches if LETTERS.index(m) < n_choices]
     return valid[-1] if valid else None
+
+
+def parse_option(text: str, n_choices: int) -> int | None:
+    """The option an extraction reply names: its 'Answer: X' line, else its only standalone valid letter."""
+    answer = parse_answer(text, n_choices)
+    if answer is not None:
+        return answer
+    tokens = {LETTERS.index(t) for t in _LONE_LETTER.findall(_MARKUP.sub("", text or ""))}
+    valid = {t for t in tokens if t < n_choices}
+    return valid.pop() if len(valid) == 1 else None
 
 
 def proxy_messages(

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stressprobe.cdv.prompts import (
-    clean_context,
-    parse_answer,
-    parse_yes_no,
-    proxy_messages,
-    semantic_messages,
-    victim_messages,
-)
+from stressprobe.cdv.answers import read_answers
+from stressprobe.cdv.prompts import clean_context, parse_yes_no
 from stressprobe.cdv.search_tree import Generator, Node, QuestionState, SearchSettings
 from stressprobe.llm import Request, Response
 
@@ -20,7 +14,7 @@ from stressprobe.llm import Request, Response
 def victim_request(question: str, choices: list[str], settings: SearchSettings, greedy: bool) -> Request:
     """The victim's sampled (or greedy audit) request; the search and the audit must ask exactly the same."""
     return Request(
-        messages=victim_messages(question, choices, prefill=settings.victim_prefill),
+        messages=settings.prompts.victim(question, choices, prefill=settings.victim_prefill),
         max_tokens=settings.victim_max_tokens,
         temperature=settings.eval_temperature if greedy else settings.victim_temperature,
         n=1 if greedy else settings.samples,
@@ -57,14 +51,24 @@ def measure_success(
     responses = victim.generate(
         [victim_request(node.question, item["choices"], settings, greedy=False) for node, item in pairs]
     )
+    answered = []
     for (node, item), response in zip(pairs, responses, strict=True):
         node.charge("victim", response)
         if response.error or len(response.texts) != settings.samples:
             node.status, node.error = "error", response.error or f"victim gave {len(response.texts)} samples"
-            continue
-        node.answers = [
-            parse_answer(text, len(item["choices"]), settings.victim_prefill) for text in response.texts
-        ]
+        else:
+            answered.append((node, item, response))
+    answers, extractions = read_answers(
+        victim,
+        settings.prompts,
+        [(node.question, item["choices"], response.texts) for node, item, response in answered],
+        settings.victim_prefill,
+        settings.seed,
+    )
+    for (node, item, response), node_answers, extracted in zip(answered, answers, extractions, strict=True):
+        for reply in extracted:
+            node.charge("extract", reply)
+        node.answers = node_answers
         node.unparsed = sum(a is None for a in node.answers)
         node.truncated = min(node.unparsed, truncated_samples(response, settings.victim_max_tokens))
         node.success_rate = sum(a == item["answer_index"] for a in node.answers) / settings.samples
@@ -84,13 +88,25 @@ def audit_greedy(
     responses = victim.generate(
         [victim_request(node.question, item["choices"], settings, greedy=True) for node, item in nodes]
     )
+    answered = []
     for (node, item), response in zip(nodes, responses, strict=True):
         node.charge("victim", response)
         if response.error or not response.texts:
             node.greedy_audit = "error"
-            continue
+        else:
+            answered.append((node, item, response))
+    answers, extractions = read_answers(
+        victim,
+        settings.prompts,
+        [(node.question, item["choices"], [response.text]) for node, item, response in answered],
+        settings.victim_prefill,
+        settings.seed,
+    )
+    for (node, item, response), [answer], extracted in zip(answered, answers, extractions, strict=True):
+        for reply in extracted:
+            node.charge("extract", reply)
         node.greedy_raw = (settings.victim_prefill or "") + response.text
-        node.greedy_answer = parse_answer(response.text, len(item["choices"]), settings.victim_prefill)
+        node.greedy_answer = answer
         cut = truncated_samples(response, settings.victim_max_tokens) > 0
         node.greedy_audit = answer_status(node.greedy_answer, item["answer_index"], cut)
 
@@ -101,7 +117,9 @@ def _proxy_request(
     # A re-prompt differs by its seed only: a new request, so neither the cache nor a deterministic
     # backend hands back the rejected text.
     return Request(
-        messages=proxy_messages(parent.question, item["choices"], item["answer_index"], node.target_index),
+        messages=settings.prompts.proxy(
+            parent.question, item["choices"], item["answer_index"], node.target_index, item["question"]
+        ),
         max_tokens=settings.proxy_max_tokens,
         temperature=settings.proxy_temperature,
         seed=settings.seed + attempt,
@@ -110,7 +128,9 @@ def _proxy_request(
 
 def _semantic_request(node: Node, item: dict[str, Any], settings: SearchSettings) -> Request:
     return Request(
-        messages=semantic_messages(item["question"], node.question, item["choices"], item["answer_index"]),
+        messages=settings.prompts.semantic(
+            item["question"], node.question, item["choices"], item["answer_index"]
+        ),
         max_tokens=settings.semantic_max_tokens,
         temperature=0.0,
         seed=settings.seed,
@@ -216,9 +236,14 @@ def audit_successes(
     requests = [
         victim_request(r["question"], by_qid[r["qid"]]["choices"], settings, greedy=True) for r in successes
     ]
+    responses = victim.generate(requests)
+    asked = [
+        (r["question"], by_qid[r["qid"]]["choices"], [x.text])
+        for r, x in zip(successes, responses, strict=True)
+    ]
+    answers, _ = read_answers(victim, settings.prompts, asked, settings.victim_prefill, settings.seed)
     failures = []
-    for record, response in zip(successes, victim.generate(requests), strict=True):
-        answer = parse_answer(response.text, len(by_qid[record["qid"]]["choices"]), settings.victim_prefill)
+    for record, response, [answer] in zip(successes, responses, answers, strict=True):
         if response.error or answer == by_qid[record["qid"]]["answer_index"]:
             failures.append({"node_id": record["node_id"], "answer": answer, "error": response.error})
     return failures

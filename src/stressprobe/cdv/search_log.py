@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from stressprobe.cdv.prompts import letter
-from stressprobe.cdv.search_tree import ROLES, Node, QuestionState
+from stressprobe.cdv.search_tree import EXTRACT, USAGE_ROLES, Node, QuestionState
 from stressprobe.llm.usage import cost_usd
 
 
@@ -87,20 +87,23 @@ def perturbed_records(states: list[QuestionState]) -> list[dict[str, Any]]:
 def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Counts per status, requests and tokens per role, and the cost per successful perturbation.
 
-    `prices` maps role -> {prompt_per_1m, completion_per_1m} in USD. A "successful perturbation" is a
+    `prices` maps role -> {prompt_per_1m, completion_per_1m} in USD (the `extract` calls, answers read by a
+    second call, cost the victim's). A "successful perturbation" is a
     `success` node at depth >= 1; `flagged_original_fails` counts the depth-0 successes separately (the
     `*_with_originals` keys count them in). Unparsed and truncated answers (and the successes that have
     one), re-prompts, the greedy audit's verdicts and why each question stopped are counted too.
     """
     status = Counter(r["status"] for r in records)
     perturbations = [r for r in records if r["status"] == "success" and r["depth"] > 0]
-    per_role = {role: {"requests": 0, "prompt": 0, "completion": 0} for role in ROLES}
+    per_role = {role: {"requests": 0, "prompt": 0, "completion": 0} for role in USAGE_ROLES}
     for record in records:
         for role, usage in record["tokens"].items():
             for key in ("requests", "prompt", "completion"):
                 per_role[role][key] += usage[key]
+    # Answers are extracted by the victim's own model: its price.
     cost = sum(
-        cost_usd(per_role[role]["prompt"], per_role[role]["completion"], prices.get(role)) for role in ROLES
+        cost_usd(u["prompt"], u["completion"], prices.get("victim" if role == EXTRACT else role))
+        for role, u in per_role.items()
     )
     requests = sum(u["requests"] for u in per_role.values())
     tokens = sum(u["prompt"] + u["completion"] for u in per_role.values())

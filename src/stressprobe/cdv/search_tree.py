@@ -9,11 +9,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stressprobe.cdv.prompt_file import OWN
 from stressprobe.cdv.prompts import with_context
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response
 
 ROLES = ("proxy", "semantic", "victim")
+# Requests are counted per role, and per answer-extraction call (made with the victim's model).
+EXTRACT = "extract"
+USAGE_ROLES = (*ROLES, EXTRACT)
 LIMITS = ("paper", "authors_code")
 # How an answer without a readable letter counts when r = 0: as a wrong answer (Eq. 5), or it makes the node
 # `unparsed`, never a success (the stricter rule).
@@ -54,6 +58,7 @@ class SearchSettings:
     seed: int = 42
     victim_prefill: str | None = None  # the start of the victim's answer, for `answer_prefill` models
     unread_answers: str = "wrong"  # "wrong" (Eq. 5) or "never_success" (see UNREAD)
+    prompts: Any = OWN  # the prompt set (stressprobe.cdv.prompt_file): the project's own or a template file's
 
     def __post_init__(self) -> None:
         if self.limits not in LIMITS:
@@ -74,8 +79,11 @@ class SearchSettings:
 
     def expansion_calls(self, n_choices: int) -> int:
         """The most requests one expansion can send: per child every proxy try and its semantic check,
-        the victim's sampled request and (with the audit) its greedy one."""
-        return (n_choices - 1) * (2 * self.proxy_tries + 1 + int(self.greedy_audit))
+        the victim's sampled request and (with the audit) its greedy one, and with extraction one more call
+        per answer read."""
+        answers = 1 + int(self.greedy_audit)
+        extraction = (self.samples + int(self.greedy_audit)) * int(self.prompts.extracts)
+        return (n_choices - 1) * (2 * self.proxy_tries + answers + extraction)
 
 
 @dataclass
