@@ -209,3 +209,13 @@ def test_the_cost_bound_counts_the_extraction_calls():
     assert read.completion_tokens - plain.completion_tokens == nodes * 4 * EXTRACT_MAX_TOKENS
     evaluated = cdv_eval_bounds("d", [question], "p/v", ["m"], extracting, {"m": local})[0]
     assert evaluated.calls == 2 * cdv_eval_bounds("d", [question], "p/v", ["m"], cdv, {"m": local})[0].calls
+
+
+def test_the_projects_proxy_writes_background_or_one_distraction_sentence():
+    choices = ["red", "blue", "green"]
+    background = prompt_set(None, {}, False, KEY).proxy("Q?", choices, 0, 2, "Q?")[1][1]
+    sentence = prompt_set(None, {}, False, KEY, "sentence").proxy("Q?", choices, 0, 2, "Q?")[1][1]
+    assert "Write two or three sentences of background text to put before" in background
+    assert "Write one sentence to put before" in sentence
+    assert background.replace("two or three sentences of background text", "one sentence") == sentence
+    assert "make option C (green) seem attractive" in sentence

@@ -38,7 +38,9 @@ class SearchFiles:
 
 def job_prompts(spec: Mapping[str, Any]) -> Any:
     """The prompt set of a job from its `prompts` param (cdv.prompts, its template file resolved)."""
-    return prompt_set(spec["file"], spec["templates"], spec["extract_answers"], "cdv.prompts.templates")
+    return prompt_set(
+        spec["file"], spec["templates"], spec["extract_answers"], "cdv.prompts.templates", spec["distraction"]
+    )
 
 
 def search_settings(

@@ -120,9 +120,12 @@ def read_templates(path: str | Path, names: Mapping[str, str | None], config_key
     return templates
 
 
+@dataclass(frozen=True)
 class OwnPrompts:
-    """The project's own prompts (stressprobe.cdv.prompts): system and user message, no extraction call."""
+    """The project's own prompts (stressprobe.cdv.prompts): system and user message, no extraction call;
+    `distraction`: how much the proxy writes (prompts.DISTRACTION_LENGTHS)."""
 
+    distraction: str = "background"
     extracts = False
 
     def victim(
@@ -133,7 +136,7 @@ class OwnPrompts:
     def proxy(
         self, question: str, choices: list[str], answer_index: int, target: int, original: str
     ) -> Messages:
-        return prompts.proxy_messages(question, choices, answer_index, target)
+        return prompts.proxy_messages(question, choices, answer_index, target, self.distraction)
 
     def semantic(self, original: str, perturbed: str, choices: list[str], answer_index: int) -> Messages:
         return prompts.semantic_messages(original, perturbed, choices, answer_index)
@@ -207,14 +210,21 @@ def _steer(
 OWN = OwnPrompts()
 
 
-def prompt_set(path: str | None, names: Mapping[str, str | None], extracts: bool, config_key: str):
-    """The prompts a job asks with: the project's own when `path` is None, else the file's templates."""
+def prompt_set(
+    path: str | None,
+    names: Mapping[str, str | None],
+    extracts: bool,
+    config_key: str,
+    distraction: str = "background",
+):
+    """The prompts a job asks with: the project's own when `path` is None (the proxy writing `distraction`),
+    else the file's templates."""
     if path is None:
         if extracts:
             raise StressprobeError(
                 f"config key '{config_key.rsplit('.', 1)[0]}.extract_answers': needs a template file (`file`)"
             )
-        return OWN
+        return OwnPrompts(distraction)
     templates = read_templates(path, names, config_key)
     if extracts and "extract" not in templates:
         raise StressprobeError(f"config key '{config_key}.extract': name the template that reads an answer")

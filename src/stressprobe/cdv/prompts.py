@@ -75,13 +75,18 @@ def parse_option(text: str, n_choices: int) -> int | None:
     return valid.pop() if len(valid) == 1 else None
 
 
+# How much the proxy writes: background (two or three sentences, the project's first reading) or one
+# distraction sentence (the authors' release).
+DISTRACTION_LENGTHS = {"background": "two or three sentences of background text", "sentence": "one sentence"}
+
+
 def proxy_messages(
-    question: str, choices: list[str], answer_index: int, target_index: int
+    question: str, choices: list[str], answer_index: int, target_index: int, length: str = "background"
 ) -> tuple[tuple[str, str], ...]:
     """Error-guided proxy prompt: context nudging toward `target_index`, not contradicting the answer."""
     user = (
         f"{format_question(question, choices)}\n\n"
-        f"The correct answer is {letter(answer_index)}. Write two or three sentences of background text "
+        f"The correct answer is {letter(answer_index)}. Write {DISTRACTION_LENGTHS[length]} "
         "to put before this question. The text must be related to the topic and "
         f"make option {letter(target_index)} ({choices[target_index]}) seem attractive, "
         f"but it must not state or imply that {letter(target_index)} is correct, "

@@ -41,15 +41,19 @@ whose classifier probability is below tau is flagged `classifier_filtered` and n
 Limits per question (`limits`): `paper` (Algorithm 1) searches until the queue is empty; a safety cap
 `max_calls_per_question` stops a question once its calls reach the cap (checked before each expansion, so
 it passes the cap by less than one expansion's calls, `expansion_calls`), and the root's `stop_reason`
-says `call_cap` when it did. `authors_code` adds the limits of the authors'
-public code: `max_expansions` expansions (the root's counts) and `max_candidates` in L (checked after each
-expansion, so the last expansion's successes are all kept). Nodes still queued at the end keep status
+says `call_cap` when it did. `authors_code` adds the limits of the authors' public code (run.py's
+--max-try 10 --max-good 3, which Table 3's ~3 perturbations per successful question imply):
+`max_expansions` expansions (the root's counts) and `max_candidates` in L (checked after each expansion,
+so the last expansion's successes are all kept). Nodes still queued at the end keep status
 `queued`; every root records why its question stopped (`stop_reason`) and the calls it used (`calls`).
 
 Rounds: each round pops one node per active question and sends all proxy requests as one batch, then all
 semantic checks (one proxy and one semantic batch per try), then all victim requests, whatever the number
 of questions, so API concurrency and GPU batching are used; the audit's greedy requests are one batch at
 the end.
+
+The parts: stressprobe.cdv.search_tree (settings, nodes, V), search_calls (the model calls), search_log
+(what is written); this module runs the loop and names the interface the jobs use.
 """
 
 from __future__ import annotations
