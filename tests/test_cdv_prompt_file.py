@@ -5,19 +5,28 @@ search and the evaluation asking with it, answers read by a second call."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
 from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
 from stressprobe.cdv.evaluate import evaluate
-from stressprobe.cdv.prompt_file import FilePrompts, prompt_set, read_templates, templates_in
+from stressprobe.cdv.prompt_file import (
+    FilePrompts,
+    prompt_set,
+    read_templates,
+    template_inventory,
+    templates_in,
+)
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.cost import cdv_eval_bounds, cdv_search_bounds
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import fetch_verified
 from stressprobe.llm import Request, Response
+from tests.support.api_workdir import run_workflow, write_api_config
 from tests.support.cdv_scripted import make_item
 from tests.support.file_server import FileServer
+from tests.support.helpers import make_workdir
 
 # A stand-in of the structure of a prompt module: f-strings returned by functions and module-level
 # constants with format fields. Running it would fail (the import), so it must be read, not run.
@@ -219,3 +228,27 @@ def test_the_projects_proxy_writes_background_or_one_distraction_sentence():
     assert "Write one sentence to put before" in sentence
     assert background.replace("two or three sentences of background text", "one sentence") == sentence
     assert "make option C (green) seem attractive" in sentence
+
+
+def test_the_inventory_lists_every_template_with_the_roles_it_fits(stand_in):
+    rows = {row["name"]: row for row in template_inventory(stand_in)}
+    assert set(rows) == {"distraction_prompt", "SEMANTIC", "COT", "FOCUS", "extraction_prompt", "ELABORATE"}
+    assert rows["COT"]["fields"] == ["choices", "question"]
+    assert "answer" in rows["COT"]["roles"] and "extract" in rows["COT"]["roles"]
+    assert rows["extraction_prompt"]["roles"] == ["extract"]
+    assert rows["distraction_prompt"]["roles"] == ["distraction", "prompt_only"]
+
+
+def test_the_workflow_fetches_the_pinned_prompt_file_and_lists_its_templates(tmp_path, stand_in):
+    sha256 = hashlib.sha256(stand_in.read_bytes()).hexdigest()
+    workdir = make_workdir(tmp_path / "work")
+    with FileServer(stand_in.parent) as files:
+        edits = {
+            "sources": {"authors_prompts": {"url": files.url("prompt.py"), "sha256": sha256}},
+            "cdv.prompts.inventory_of": "source:authors_prompts",
+        }
+        config = write_api_config(workdir, None, edits)
+        run_workflow(workdir, config, "results/cdv/prompts/inventory.json")
+    assert (workdir / "results/sources/authors_prompts/prompt.py").read_bytes() == stand_in.read_bytes()
+    inventory = json.loads((workdir / "results/cdv/prompts/inventory.json").read_text())
+    assert [row["name"] for row in inventory["templates"]] == sorted(NAMES.values(), key=str)

@@ -89,8 +89,10 @@ def test_dry_run_lists_one_job_per_cell(paper, plan):
     assert jobs["persona_pool"] == len(paper["personas"]["sources"])
     assert jobs["cdv_prepare"] == len(cdv["datasets"])
     # Published files are fetched (and checksummed) by one job each, never read from the repository: the
-    # UMBRELA template and the CDV authors' four question samples.
-    assert jobs["fetch_source"] == 1 + len(cdv["datasets"])
+    # UMBRELA template, the CDV authors' four question samples and their prompt file (whose templates one
+    # job lists).
+    assert jobs["fetch_source"] == 1 + len(cdv["datasets"]) + 1
+    assert jobs["cdv_prompt_inventory"] == 1
     # Section 4.4: both ablated value functions on the cost experiment's random questions of each dataset.
     assert jobs["cdv_search_variant"] == 2 * len(cdv["datasets"])
 

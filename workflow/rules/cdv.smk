@@ -438,3 +438,4 @@ rule cdv_study_figure:
 
 
 include: "cdv_served.smk"
+include: "cdv_prompts.smk"

@@ -91,6 +91,19 @@ def template_fields(template: str) -> set[str]:
     return {field for _, field, _, _ in string.Formatter().parse(template) if field is not None}
 
 
+def template_inventory(path: str | Path) -> list[dict[str, object]]:
+    """Every template a file holds, for choosing `cdv.prompts.templates`: its name, fields, length and the
+    roles whose fields allow it (the texts themselves stay in the fetched file)."""
+    path = Path(path)
+    found = templates_in(path.read_text(encoding="utf-8"), str(path))
+    rows = []
+    for name, template in sorted(found.items()):
+        fields = template_fields(template)
+        roles = sorted(role for role, allowed in ROLE_FIELDS.items() if fields <= allowed)
+        rows.append({"name": name, "fields": sorted(fields), "chars": len(template), "roles": roles})
+    return rows
+
+
 def read_templates(path: str | Path, names: Mapping[str, str | None], config_key: str) -> dict[str, str]:
     """role -> template for each role `names` gives a name, checked against ROLE_FIELDS; a missing name or
     a field the role does not have is a one-line error naming `{config_key}.<role>`."""

@@ -35,9 +35,15 @@ def cdv_prompt_file():
     return [source_file(spec, "cdv.prompts.file")] if spec else []
 
 
+def cdv_prompt_inventory_file():
+    """The file whose templates rule cdv_prompt_inventory lists (`cdv.prompts.inventory_of`), or none."""
+    spec = config["cdv"]["prompts"]["inventory_of"]
+    return [source_file(spec, "cdv.prompts.inventory_of")] if spec else []
+
+
 def cdv_prompts():
     """`cdv.prompts` as a job's params, its template file resolved (the job reads the templates by name)."""
-    prompts = config["cdv"]["prompts"]
+    prompts = {k: v for k, v in config["cdv"]["prompts"].items() if k != "inventory_of"}
     return {**prompts, "file": next(iter(cdv_prompt_file()), None)}
 
 
@@ -288,6 +294,8 @@ def cdv_outputs():
         outputs += ["results/cdv/dpo/train.jsonl", "results/cdv/dpo/test.jsonl"]
     if config["cdv"]["dpo"]["train"]:
         outputs += ["results/cdv/dpo/model/done.json"]
+    if cdv_prompt_inventory_file():
+        outputs += ["results/cdv/prompts/inventory.json"]
     return outputs
 
 
