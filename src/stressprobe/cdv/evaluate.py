@@ -69,13 +69,13 @@ def evaluate(
         for item in items
     ]
     responses = client.generate(requests)
-    answered = [(item, r) for item, r in zip(items, responses, strict=True) if not r.error]
-    asked = [(item["question"], item["choices"], [r.text]) for item, r in answered]
+    answered = [i for i, r in enumerate(responses) if not r.error]
+    asked = [(items[i]["question"], items[i]["choices"], [responses[i].text]) for i in answered]
     answers, extractions = read_answers(client, prompts, asked, prefill, seed)
-    read = {id(r): (a, x) for (_, r), [a], x in zip(answered, answers, extractions, strict=True)}
+    read = {i: (a, x) for i, [a], x in zip(answered, answers, extractions, strict=True)}
     records = []
-    for item, response in zip(items, responses, strict=True):
-        answer, extracted = read.get(id(response), (None, []))
+    for i, (item, response) in enumerate(zip(items, responses, strict=True)):
+        answer, extracted = read.get(i, (None, []))
         records.append(
             {
                 "qid": item["qid"],
