@@ -4,6 +4,7 @@ import math
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from stressprobe.cdv.search import (
     SearchSettings,
@@ -429,3 +430,14 @@ def test_bad_search_settings_are_one_line_errors():
     for bad in ({"limits": "forever"}, {"value": "no_gamma"}, {"proxy_tries": 0}, {"unread_answers": "x"}):
         with pytest.raises(StressprobeError, match=r"^config cdv\."):
             SearchSettings(**bad)
+
+
+def test_the_paper_config_searches_with_the_authors_limits_and_runs_the_ablation():
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
+    cdv = validate_config(paper, ROOT / "workflow" / "schemas" / "config.schema.yaml")["cdv"]
+    settings = SearchSettings(**cdv["search"])
+    # Table 3: 175 / 59 and 236 / 82 perturbations per successful question, i.e. a stop at 3 successes.
+    assert (settings.limits, settings.max_expansions, settings.max_candidates) == ("authors_code", 10, 3)
+    assert settings.unread_answers == "wrong" and (settings.alpha, settings.gamma) == (2.0, 1.0)
+    assert (settings.samples, settings.length_ratio_max, settings.diversity_n1) == (5, 10.0, 3)
+    assert cdv["value_variants"] == ["gamma0", "no_r"] and cdv["value_variant_cells"] == "cost_random"
