@@ -18,11 +18,14 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/sources.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/personas.smk"
 include: "workflow/rules/judging.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/cdv.smk"
+include: "workflow/rules/cdv_served.smk"
+include: "workflow/rules/cdv_prompts.smk"
 include: "workflow/rules/cdv_classifier.smk"
 include: "workflow/rules/cdv_dpo.smk"
 include: "workflow/rules/cdv_study.smk"

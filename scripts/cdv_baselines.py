@@ -2,6 +2,7 @@
 
 from stressprobe.cdv.baselines import baseline_questions
 from stressprobe.cdv.clients import role_clients, write_merged_usage
+from stressprobe.cdv.jobs import job_prompts
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.snakemake_io import cache_path, run_script
 
@@ -16,6 +17,7 @@ def main(smk):
             smk.params.temperature,
             smk.params.seed,
             smk.params.settings["prompt_only"],
+            job_prompts(smk.params.prompts),
         )
         write_merged_usage(clients, smk.output.usage)
     write_jsonl(smk.output.baselines, records)

@@ -3,6 +3,7 @@ originals and perturbed questions under the focus instruction)."""
 
 from stressprobe.cdv.clients import role_clients, write_merged_usage
 from stressprobe.cdv.evaluate import eval_items, evaluate
+from stressprobe.cdv.jobs import job_prompts
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.snakemake_io import cache_path, run_script
 
@@ -23,6 +24,7 @@ def main(smk):
             smk.params.mitigation,
             smk.params.prefill,
             smk.params.temperature,
+            job_prompts(smk.params.prompts),
         )
         write_merged_usage(clients, smk.output.usage)
     write_jsonl(smk.output.records, records)

@@ -15,6 +15,7 @@ def main(smk):
         source["hf_split"],
         source["n"],
         smk.params.seed,
+        source["shuffle_choices"],
     )
     write_jsonl(smk.output[0], questions)
 

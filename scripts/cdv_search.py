@@ -12,6 +12,7 @@ def main(smk):
         smk.params.victim_prefill,
         smk.params.eval_temperature,
         smk.params.value,
+        smk.params.prompts,
     )
     files = SearchFiles(smk.output.search, smk.output.perturbed, smk.output.summary, smk.output.usage)
     search_cell(

@@ -21,9 +21,7 @@ def main(smk):
         "cdv_baselines": lambda: report.baselines_table(smk.input.evals),
         "cdv_mitigation": lambda: report.mitigation_table(smk.input.evals, smk.input.mitigation),
         "cdv_classifier": lambda: report.classifier_table(smk.input.classifier),
-        "cdv_value_ablation": lambda: search_report.value_ablation_table(
-            smk.input.summaries, smk.input.variant_summaries
-        ),
+        "cdv_value_ablation": lambda: search_report.value_ablation_table(smk.input.variant_summaries),
     }
     if name not in builders:
         raise StressprobeError(

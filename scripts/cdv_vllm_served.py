@@ -10,6 +10,7 @@ from stressprobe.cdv.jobs import (
     ServedEval,
     ServedSearch,
     group_cells,
+    job_prompts,
     search_settings,
     served_dataset,
 )
@@ -32,6 +33,7 @@ def main(smk):
                 search["victim_prefill"],
                 search["eval_temperature"],
                 "paper",
+                params.prompts,
             ),
             SearchFiles(out.search[k], out.perturbed[k], out.summary[k], out.search_usage[k]),
         )
@@ -59,7 +61,11 @@ def main(smk):
                     out.mitigation_usage[part],
                 ),
                 EvalSettings(
-                    params.max_tokens, evaluation["temperature"], evaluation["prefill"], params.seed
+                    params.max_tokens,
+                    evaluation["temperature"],
+                    evaluation["prefill"],
+                    params.seed,
+                    job_prompts(params.prompts),
                 ),
             )
         )

@@ -50,8 +50,10 @@ def main(smk):
         dataset, roles = cell["dataset"], cell["roles"]
         questions = nested_sample(read_jsonl(smk.input[f"cdv_{dataset}"]), cell.get("n"), cell.get("seed", 0))
         rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
-        # The value-function ablation searches the cell once more per variant, with the same bound.
-        for variant in smk.params.cdv["value_variants"]:
+        # The value-function ablation searches the cell once more per variant, with the same bound (on the
+        # cost experiment's random questions it is not bounded, as that experiment is not).
+        ablated = smk.params.cdv["value_variant_cells"] == "study"
+        for variant in smk.params.cdv["value_variants"] if ablated else []:
             rows += [
                 dataclasses.replace(row, cell=f"{row.cell} [{variant}]")
                 for row in cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)

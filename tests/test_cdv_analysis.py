@@ -19,12 +19,12 @@ from stressprobe.cdv.dpo import preference_pairs, split_pairs
 from stressprobe.cdv.evaluate import accuracy_by_condition, eval_items, evaluate, paired_original_accuracy
 from stressprobe.cdv.search import (
     SearchSettings,
-    audit_successes,
     perturbed_records,
     run_search,
     search_records,
     wrong_answer,
 )
+from stressprobe.cdv.search_calls import audit_successes
 from stressprobe.llm import Response
 from tests.support.cdv_scripted import ScriptedModel, make_item
 

@@ -135,3 +135,17 @@ def test_editing_a_local_question_file_prepares_its_dataset_again(tmp_path):
     write(tmp_path, "set.json", [*ITEMS, {**ITEMS[0], "question": "A new question?"}])
     again = run_snakemake(workdir, "-n", target, configfile=configfile)
     assert "rule cdv_prepare:" in again.stdout + again.stderr
+
+
+def test_choices_keep_the_sources_order_when_shuffling_is_off(tmp_path):
+    path = tmp_path / "q.json"
+    items = [
+        {"question": f"Q{i}?", "choices": [f"right {i}", "x", "y", "z"], "answer": f"right {i}"}
+        for i in range(8)
+    ]
+    path.write_text(json.dumps(items))
+    kept = prepare_questions("t", str(path), None, None, "test", None, seed=1, shuffle=False)
+    assert [q["choices"] for q in kept] == [item["choices"] for item in items]
+    assert {q["answer_index"] for q in kept} == {0}
+    shuffled = prepare_questions("t", str(path), None, None, "test", None, seed=1)
+    assert {q["answer_index"] for q in shuffled} != {0}

@@ -4,7 +4,8 @@ import pytest
 import yaml
 
 from stressprobe.cdv.questions import prepare_questions
-from stressprobe.cdv.search import SearchSettings, audit_successes, run_search, search_records
+from stressprobe.cdv.search import SearchSettings, run_search, search_records
+from stressprobe.cdv.search_calls import audit_successes
 from stressprobe.config import validate_config
 from stressprobe.io import read_jsonl
 from stressprobe.llm import answer_prefill, open_client

@@ -4,6 +4,7 @@ import math
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from stressprobe.cdv.search import (
     SearchSettings,
@@ -296,22 +297,39 @@ def test_reprompting_replaces_a_rejected_child_and_logs_every_try():
     assert statuses == ["discarded_length", "discarded_semantic", "discarded_semantic"]
 
 
-def test_unparsed_and_truncated_answers_never_make_a_success():
+def _unread_model():
     def victim_text(contexts, question):
         return "Reasoning that never ends" if contexts == ["B"] else None  # no answer line
 
-    model = ScriptedModel(correct=lambda contexts, q: 0 if contexts else 5, victim_text=victim_text)
-    records, states = search(model, [make_item("q1")], replace(PAPER, victim_max_tokens=3))
+    return ScriptedModel(correct=lambda contexts, q: 0 if contexts else 5, victim_text=victim_text)
+
+
+def test_an_unread_answer_is_a_wrong_answer_by_default_as_in_eq5():
+    records, states = search(_unread_model(), [make_item("q1")], replace(PAPER, victim_max_tokens=3))
     child = {r["target_option"]: r for r in records if r["depth"] == 1}
     # Scripted replies count 3 tokens per sample: with max_tokens 3 every unparsed sample was cut off.
+    assert child["B"]["status"] == "success" and child["B"]["success_rate"] == 0
+    assert child["B"]["unparsed"] == 5 and child["B"]["truncated"] == 5
+    assert child["B"]["node_id"] in {n.node_id for n in states[0].candidates}
+    summary = summarize_search(records, {})
+    assert summary["successful_perturbations"] == 3 and summary["successes_with_unread"] == 1
+    assert summary["unparsed_answers"] == 5 and summary["truncated_answers"] == 5
+    assert summary["unparsed_nodes"] == 0
+
+
+def test_under_the_strict_rule_unread_answers_never_make_a_success():
+    strict = replace(PAPER, unread_answers="never_success")
+    records, states = search(_unread_model(), [make_item("q1")], replace(strict, victim_max_tokens=3))
+    child = {r["target_option"]: r for r in records if r["depth"] == 1}
     assert child["B"]["status"] == "unparsed" and child["B"]["unparsed"] == 5 and child["B"]["truncated"] == 5
     assert child["C"]["status"] == "success" and child["C"]["unparsed"] == 0
     assert child["B"]["node_id"] not in {n.node_id for n in states[0].candidates}
     summary = summarize_search(records, {})
     assert summary["unparsed_nodes"] == 1 and summary["truncated_answers"] == 5
     assert summary["unparsed_answers"] == 5 and summary["successful_perturbations"] == 2
+    assert summary["successes_with_unread"] == 0
     # With a larger limit the same replies are unparsed, not truncated.
-    records, _ = search(model, [make_item("q1")], replace(PAPER, victim_max_tokens=64))
+    records, _ = search(_unread_model(), [make_item("q1")], replace(strict, victim_max_tokens=64))
     b = next(r for r in records if r["target_option"] == "B")
     assert b["status"] == "unparsed" and b["unparsed"] == 5 and b["truncated"] == 0
 
@@ -403,11 +421,23 @@ def test_the_schema_defaults_are_the_papers_search():
     assert settings == SearchSettings()
     assert (settings.limits, settings.samples, settings.victim_max_tokens) == ("paper", 5, 1024)
     assert (settings.proxy_temperature, settings.greedy_audit) == (0.7, False)
+    assert settings.unread_answers == "wrong"  # Eq. 5: an answer that is not the ground truth is wrong
     assert (config["eval"]["temperature"], config["eval"]["max_tokens"]) == (0.001, 1024)
     assert config["value_variants"] == []
 
 
 def test_bad_search_settings_are_one_line_errors():
-    for bad in ({"limits": "forever"}, {"value": "no_gamma"}, {"proxy_tries": 0}):
+    for bad in ({"limits": "forever"}, {"value": "no_gamma"}, {"proxy_tries": 0}, {"unread_answers": "x"}):
         with pytest.raises(StressprobeError, match=r"^config cdv\."):
             SearchSettings(**bad)
+
+
+def test_the_paper_config_searches_with_the_authors_limits_and_runs_the_ablation():
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
+    cdv = validate_config(paper, ROOT / "workflow" / "schemas" / "config.schema.yaml")["cdv"]
+    settings = SearchSettings(**cdv["search"])
+    # Table 3: 175 / 59 and 236 / 82 perturbations per successful question, i.e. a stop at 3 successes.
+    assert (settings.limits, settings.max_expansions, settings.max_candidates) == ("authors_code", 10, 3)
+    assert settings.unread_answers == "wrong" and (settings.alpha, settings.gamma) == (2.0, 1.0)
+    assert (settings.samples, settings.length_ratio_max, settings.diversity_n1) == (5, 10.0, 3)
+    assert cdv["value_variants"] == ["gamma0", "no_r"] and cdv["value_variant_cells"] == "cost_random"

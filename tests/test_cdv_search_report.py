@@ -95,9 +95,7 @@ def test_value_ablation_table_has_a_row_per_variant(tmp_path):
         write_cell(tmp_path, "D", "v1", v1, replace(SETTINGS, value=name), variant=name)
         for name in ("no_r", "gamma0")
     ]
-    table = value_ablation_table(
-        [str(default / "search.summary.json")], [str(f / "search.summary.json") for f in variants]
-    )
+    table = value_ablation_table([str(f / "search.summary.json") for f in [default, *variants]])
     assert list(table["value"]) == ["paper", "gamma0", "no_r"]
     assert set(table["victim"]) == {"v1"} and set(table["dataset"]) == {"D"}
     for row in table.itertuples():
@@ -136,3 +134,25 @@ def test_search_columns_show_the_audit_only_when_it_ran():
     assert search_quality_columns({**base, "greedy_audit": {"wrong": 2}})["greedy_audit_right"] == 0
     columns = search_quality_columns({**base, "questions_with_success_with_originals": 3})
     assert columns["success_rate"] == 2 / 3 and columns["success_rate_with_originals"] == 3 / 4
+
+
+def test_the_value_ablation_pools_its_datasets_as_section_4_4_does(tmp_path):
+    folders = {
+        (dataset, variant): write_cell(
+            tmp_path, dataset, "v1", correct, replace(SETTINGS, value=variant or "paper"), variant=variant
+        )
+        for dataset, correct in (("D", v1), ("E", v2))
+        for variant in (None, "no_r")
+    }
+    table = value_ablation_table([str(f / "search.summary.json") for f in folders.values()])
+    pooled = table[table["dataset"] == "all"].set_index("value")
+    assert list(table["dataset"]) == ["D", "D", "E", "E", "all", "all"]
+    for variant, name in ((None, "paper"), ("no_r", "no_r")):
+        summaries = [json.loads((folders[d, variant] / "search.summary.json").read_text()) for d in "DE"]
+        searched = sum(s["questions"] - s["flagged_original_fails"] for s in summaries)
+        assert (
+            pooled.loc[name, "success_rate"] == sum(s["questions_with_success"] for s in summaries) / searched
+        )
+        assert pooled.loc[name, "questions"] == 8
+        perturbations = sum(s["successful_perturbations"] for s in summaries)
+        assert pooled.loc[name, "usd_per_success"] == sum(s["cost_usd"] for s in summaries) / perturbations

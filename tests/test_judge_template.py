@@ -7,10 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import threading
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import yaml
@@ -31,6 +28,7 @@ from tests.support.api_workdir import (
     write_api_config,
     write_judging_data,
 )
+from tests.support.file_server import FileServer
 from tests.support.helpers import make_workdir
 from tests.support.openai_server import OpenAIServer
 
@@ -55,31 +53,6 @@ def stand_in_yaml(system: str = STAND_IN_SYSTEM) -> str:
 def filled(query: str, passage: str) -> str:
     """The stand-in filled in as UMBRELA's code does it (str.format), independently of the project's code."""
     return STAND_IN_USER.format(query=query, passage=passage)
-
-
-class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class FileServer:
-    """A static HTTP server on 127.0.0.1 serving one directory (started and stopped by the test)."""
-
-    def __init__(self, root: Path) -> None:
-        handler = partial(QuietHandler, directory=str(root))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FileServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/{name}"
 
 
 # ---- templates ----
@@ -248,7 +221,7 @@ def test_every_judge_prompt_is_the_fetched_template_filled_in_with_its_system_me
         run_workflow(workdir, config, *(str(p.relative_to(workdir)) for p in cells.values()))
         bodies = [json.loads(key) for key in server.requests]
 
-    assert (workdir / "results" / "prompts" / "judge_template.yaml").read_bytes() == data
+    assert (workdir / "results" / "sources" / "judging_prompt" / "qrel_stand_in.yaml").read_bytes() == data
     topics = read_topics(workdir / "data" / "topics.tsv")
     passages = dict(
         line.split("\t", 1) for line in (workdir / "data" / "passages.tsv").read_text().splitlines()
@@ -286,7 +259,7 @@ def test_a_checksum_mismatch_stops_with_one_line(tmp_path, served_template):
     assert errors[0].startswith("error: config key 'judging.prompt_sha256'")
     assert sha256 in errors[0] and wrong in errors[0]
     assert calls == 0 and not target.exists()
-    assert not (workdir / "results" / "prompts" / "judge_template.yaml").exists()
+    assert not (workdir / "results" / "sources" / "judging_prompt" / "qrel_stand_in.yaml").exists()
 
 
 def test_a_url_template_without_a_checksum_is_a_config_error(tmp_path):

@@ -17,7 +17,7 @@ from stressprobe.persona.pins import check_pinned
 from tests.support.api_workdir import DATASET, error_lines, run_workflow, write_api_config, write_judging_data
 from tests.support.helpers import ROOT, make_workdir, shared_data
 from tests.support.openai_server import OpenAIServer
-from tests.test_judge_template import FileServer
+from tests.support.file_server import FileServer
 
 # A stand-in of the released summary template's structure (instructions, then the document at {DOC});
 # the words are the test's own.
@@ -45,8 +45,8 @@ def summary_config(workdir, base_url, url, sha256):
         {
             f"judging.datasets.{DATASET}.summarize": True,
             "judging.summarizer": "api",
-            "judging.summary_prompt": url,
-            "judging.summary_prompt_sha256": sha256,
+            "sources": {"summary_stand_in": {"url": url, "sha256": sha256}},
+            "judging.summary_prompt": "source:summary_stand_in",
             "judging.summary_max_tokens": judging["summary_max_tokens"],
             "cdv.enabled": False,
         },
@@ -63,7 +63,8 @@ def test_every_summary_request_is_the_fetched_template_filled_in_as_one_user_mes
         config = summary_config(workdir, server.base_url, url, sha256)
         run_workflow(workdir, config, SUMMARIES)
         bodies = [json.loads(key) for key in server.requests]
-    assert (workdir / "results" / "prompts" / "summary_template.txt").read_bytes() == STAND_IN.encode()
+    fetched = workdir / "results" / "sources" / "summary_stand_in" / "summarization_stand_in.txt"
+    assert fetched.read_bytes() == STAND_IN.encode()
     passages = dict(
         line.split("\t", 1) for line in (workdir / "data" / "passages.tsv").read_text().splitlines()
     )
@@ -92,7 +93,7 @@ def test_a_summary_template_checksum_mismatch_stops_with_one_line_before_any_cal
     assert run.returncode != 0 and "Traceback" not in run.stderr
     errors = error_lines(run.stderr)
     assert len(errors) == 1, run.stderr[-3000:]
-    assert errors[0].startswith("error: config key 'judging.summary_prompt_sha256'")
+    assert errors[0].startswith("error: config key 'sources.summary_stand_in.sha256'")
     assert sha256 in errors[0] and wrong in errors[0]
     assert calls == 0 and not (workdir / SUMMARIES).exists()
 

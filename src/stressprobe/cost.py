@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
@@ -213,6 +214,17 @@ def longest_question(item: Mapping[str, Any], length_ratio_max: float) -> str:
     return question.rjust(int(len(question) * length_ratio_max))
 
 
+def extraction_bound(
+    messages: tuple, answer_tokens: int, cdv: Mapping[str, Any], times: int
+) -> list[tuple[Request, int]]:
+    """With `cdv.prompts.extract_answers`, the calls that read answers: `times` requests, each the question
+    asked and the longest answer it may read (`answer_tokens`), bounded by the question's own prompt."""
+    if not cdv.get("prompts", {}).get("extract_answers"):
+        return []
+    answer = ("assistant", "x " * answer_tokens)
+    return [(Request(messages=(*messages, answer), max_tokens=EXTRACT_MAX_TOKENS), times)]
+
+
 def cdv_search_bounds(
     dataset: str,
     questions: Sequence[Mapping[str, Any]],
@@ -260,6 +272,9 @@ def cdv_search_bounds(
             sampled = Request(messages=messages, max_tokens=search["victim_max_tokens"], n=search["samples"])
             greedy = Request(messages=messages, max_tokens=search["victim_max_tokens"])
             per_role["victim"] += [(sampled, times), (greedy, times * greedy_calls)]
+            per_role["victim"] += extraction_bound(
+                messages, search["victim_max_tokens"], cdv, times * (search["samples"] + greedy_calls)
+            )
     return [
         bound_row(dataset, f"{cell} ({role})", roles[role], models[roles[role]], requests)
         for role, requests in per_role.items()
@@ -293,6 +308,7 @@ def cdv_eval_bounds(
             for question, times in ((item["question"], asks), (longest, asks * successes)):
                 messages = victim_messages(question, item["choices"], prefill=prefill)
                 requests.append((Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"]), times))
+                requests += extraction_bound(messages, cdv["eval"]["max_tokens"], cdv, times)
         rows.append(bound_row(dataset, f"eval {cell}", model, models[model], requests))
     return rows
 

@@ -1,7 +1,12 @@
-"""Published texts the method depends on, fetched at run time and checked against a pinned sha256.
+"""Published files the method depends on (prompt templates, question samples), fetched at run time and
+checked against a pinned sha256.
 
-The texts are never copied into the repository: a download job fetches them into results/ and refuses a
-file whose checksum differs from the one in the config (a moved tag, an edited file, a proxy's error page).
+The files are never copied into the repository. Each is a *pinned source*, one entry of the config's
+`sources` (name -> url, commit, sha256, or a local `path` with its sha256), and a file key that accepts one
+says `source:<name>`. One download job per source (rule fetch_source) fetches it on the submitting host into
+results/sources/<name>/<file name of the URL> and refuses a file whose checksum differs (a moved branch, an
+edited file, a proxy's error page). `judging.prompt` given as a URL (with `judging.prompt_sha256`) is the
+older form of the same thing: it is the source `judging_prompt`.
 """
 
 from __future__ import annotations
@@ -10,38 +15,117 @@ import hashlib
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlparse
+from typing import Any
+from urllib.parse import unquote, urlparse
 
 from stressprobe.errors import StressprobeError
 from stressprobe.io import atomic_target
 
 TIMEOUT_S = 60.0
-SUFFIXES = (".yaml", ".yml", ".txt")
+SOURCE_PREFIX = "source:"
+SOURCES_DIR = "results/sources"
+# The name under which the older URL form of `judging.prompt` is a pinned source.
+LEGACY_JUDGE_SOURCE = "judging_prompt"
 
 
 def is_url(spec: str) -> bool:
-    """Whether a template source in the config is a URL to fetch (else a local path)."""
+    """Whether a config value is an http(s) URL to fetch (else a local path or a source reference)."""
     return spec.startswith(("http://", "https://"))
-
-
-def url_suffix(url: str) -> str:
-    """The file extension the fetched copy keeps (it decides how the template is read): .yaml/.yml/.txt."""
-    suffix = Path(urlparse(url).path).suffix.lower()
-    return suffix if suffix in SUFFIXES else ".txt"
 
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def check_source(spec: str, sha256: str | None, config_key: str) -> None:
-    """Before any job: a URL needs its pinned sha256 (an unpinned published text could change under the
-    study), and a local copy given with one (e.g. downloaded by hand for an offline cluster) must match it."""
+def source_name(value: str | None) -> str | None:
+    """The source a file key names (`source:<name>`), or None for a plain path."""
+    if value and value.startswith(SOURCE_PREFIX):
+        return value[len(SOURCE_PREFIX) :]
+    return None
+
+
+def source_keys(name: str) -> tuple[str, str]:
+    """The config keys that hold a source's URL (or path) and its sha256, for error messages."""
+    if name == LEGACY_JUDGE_SOURCE:
+        return "judging.prompt", "judging.prompt_sha256"
+    return f"sources.{name}.url", f"sources.{name}.sha256"
+
+
+def pinned_sources(sources: Mapping[str, Any], judge_prompt: str, judge_sha256: str | None) -> dict:
+    """name -> {url, commit, sha256, path}: the config's `sources` plus `judging.prompt` when it is a URL."""
+    pinned = {name: dict(entry) for name, entry in sources.items()}
+    if is_url(judge_prompt):
+        pinned[LEGACY_JUDGE_SOURCE] = {
+            "url": judge_prompt,
+            "commit": None,
+            "sha256": judge_sha256,
+            "path": None,
+        }
+    return pinned
+
+
+def check_sources(pinned: Mapping[str, Mapping[str, Any]]) -> None:
+    """Before any job: every source has exactly one of url and path, its commit (when given) appears in its
+    URL, and a local copy matches its sha256."""
+    for name, entry in pinned.items():
+        url_key, sha_key = source_keys(name)
+        if bool(entry.get("url")) == bool(entry.get("path")):
+            raise StressprobeError(
+                f"config key 'sources.{name}': give exactly one of 'url' (fetched by a job) and 'path' (a local copy)"
+            )
+        if not entry.get("sha256"):
+            raise StressprobeError(
+                f"config key '{sha_key}': required when '{url_key}' is a URL; "
+                "give the sha256 of the file the study must use"
+            )
+        commit = entry.get("commit")
+        if commit and entry.get("url") and commit not in entry["url"]:
+            raise StressprobeError(
+                f"config key 'sources.{name}.commit': {commit} is not in the URL {entry['url']}; "
+                "pin the URL to that commit (a branch name can move)"
+            )
+        if entry.get("path"):
+            check_source(entry["path"], entry["sha256"], url_key, sha_key)
+
+
+def source_file(name: str, entry: Mapping[str, Any]) -> str:
+    """Where jobs read a source: its local copy, or where its download job writes it (the URL's file name,
+    so that its extension still says how to read it)."""
+    if entry.get("path"):
+        return entry["path"]
+    filename = unquote(Path(urlparse(entry["url"]).path).name) or "file"
+    return f"{SOURCES_DIR}/{name}/{filename}"
+
+
+def resolve(value: str, pinned: Mapping[str, Mapping[str, Any]], config_key: str) -> str:
+    """The file a file key means: `source:<name>` -> that source's file; anything else is a path."""
+    name = source_name(value)
+    if name is None:
+        return value
+    if name not in pinned:
+        known = ", ".join(sorted(pinned)) or "none"
+        raise StressprobeError(
+            f"config key '{config_key}': no source '{name}' in 'sources' (known: {known}); add it or fix the name"
+        )
+    return source_file(name, pinned[name])
+
+
+def check_source(spec: str, sha256: str | None, config_key: str, sha256_key: str | None = None) -> None:
+    """A URL needs its pinned sha256 (an unpinned published text could change under the study), and a local
+    copy given with one (e.g. downloaded by hand for an offline cluster) must match it."""
+    sha256_key = sha256_key or f"{config_key}_sha256"
+    if source_name(spec) is not None:
+        if sha256:
+            raise StressprobeError(
+                f"config key '{sha256_key}': '{config_key}' names a source, whose own sha256 pins it; remove it"
+            )
+        return
     if is_url(spec):
         if not sha256:
             raise StressprobeError(
-                f"config key '{config_key}_sha256': required when '{config_key}' is a URL; "
+                f"config key '{sha256_key}': required when '{config_key}' is a URL; "
                 "give the sha256 of the file the study must use"
             )
         return
@@ -50,14 +134,17 @@ def check_source(spec: str, sha256: str | None, config_key: str) -> None:
         got = sha256_hex(path.read_bytes())
         if got != sha256.lower():
             raise StressprobeError(
-                f"config key '{config_key}_sha256': {path} has sha256 {got}, not {sha256}; "
+                f"config key '{sha256_key}': {path} has sha256 {got}, not {sha256}; "
                 "use the pinned file or fix the checksum"
             )
 
 
-def fetch_verified(url: str, sha256: str, dest: str | os.PathLike, config_key: str) -> None:
+def fetch_verified(
+    url: str, sha256: str, dest: str | os.PathLike, config_key: str, sha256_key: str | None = None
+) -> None:
     """Download `url` to `dest` if its sha256 is `sha256`; otherwise nothing is written and the error names
-    `config_key` (the key that holds the URL; its checksum is `{config_key}_sha256`)."""
+    `config_key` (the key that holds the URL) or `sha256_key` (the checksum's, default `{config_key}_sha256`)."""
+    sha256_key = sha256_key or f"{config_key}_sha256"
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as reply:  # noqa: S310 (http(s) only, checked)
             data = reply.read()
@@ -70,8 +157,8 @@ def fetch_verified(url: str, sha256: str, dest: str | os.PathLike, config_key: s
     got = sha256_hex(data)
     if got != sha256.lower():
         raise StressprobeError(
-            f"config key '{config_key}_sha256': {url} has sha256 {got}, not {sha256}; "
-            "the file changed or the URL is wrong: check both before judging with it"
+            f"config key '{sha256_key}': {url} has sha256 {got}, not {sha256}; "
+            "the file changed or the URL is wrong: check both before using it"
         )
     with atomic_target(dest, suffix=Path(dest).suffix) as tmp:
         tmp.write_bytes(data)

@@ -4,6 +4,7 @@
 
 
 include: "functions/cdv.smk"
+include: "functions/cdv_served.smk"
 
 
 wildcard_constraints:
@@ -25,7 +26,7 @@ rule cdv_prepare:
     resources:
         **config["resources"]["data"],
     params:
-        source=lambda w: config["cdv"]["datasets"][w.dataset],
+        source=cdv_dataset_source,
         seed=config["seed"],
     script:
         "../../scripts/cdv_prepare.py"
@@ -54,6 +55,7 @@ rule cdv_subsample:
 
 rule cdv_search:
     input:
+        prompt_file=cdv_prompt_file(),
         questions=cdv_cell_questions,
     output:
         search=f"{CDV_CELL}/search.jsonl",
@@ -74,6 +76,7 @@ rule cdv_search:
     resources:
         **llm_resources(cdv_search_models),
     params:
+        prompts=cdv_prompts(),
         roles=cdv_search_roles,
         models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
         search=config["cdv"]["search"],
@@ -103,6 +106,7 @@ use rule cdv_search as cdv_search_variant with:
     benchmark:
         "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}/value/{variant}.tsv"
     params:
+        prompts=cdv_prompts(),
         roles=cdv_search_roles,
         models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
         search=config["cdv"]["search"],
@@ -117,6 +121,7 @@ use rule cdv_search as cdv_search_variant with:
 
 rule cdv_baselines:
     input:
+        prompt_file=cdv_prompt_file(),
         questions=cdv_cell_questions,
     output:
         baselines=f"{CDV_CELL}/baselines.jsonl",
@@ -131,6 +136,7 @@ rule cdv_baselines:
     resources:
         **llm_resources(cdv_baseline_models),
     params:
+        prompts=cdv_prompts(),
         model=cdv_baseline_model,
         models=lambda w: cdv_models_of([cdv_baseline_model(w)]),
         settings=config["cdv"]["baselines"],
@@ -143,6 +149,7 @@ rule cdv_baselines:
 rule cdv_eval:
     input:
         unpack(cdv_eval_inputs),
+        prompt_file=cdv_prompt_file(),
     output:
         records=f"{CDV_CELL}/eval/{{model}}.jsonl",
         usage=f"{CDV_CELL}/eval/{{model}}.usage.json",
@@ -158,6 +165,7 @@ rule cdv_eval:
     resources:
         **llm_resources(cell_model),
     params:
+        prompts=cdv_prompts(),
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
@@ -170,6 +178,7 @@ rule cdv_eval:
 
 rule cdv_mitigation:
     input:
+        prompt_file=cdv_prompt_file(),
         questions=cdv_cell_questions,
         perturbed=f"{CDV_CELL}/perturbed.jsonl",
     output:
@@ -187,6 +196,7 @@ rule cdv_mitigation:
     resources:
         **llm_resources(cell_model),
     params:
+        prompts=cdv_prompts(),
         models=lambda w: cdv_models_of([w.model]),
         max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
@@ -195,83 +205,3 @@ rule cdv_mitigation:
         seed=config["seed"],
     script:
         "../../scripts/cdv_eval.py"
-
-
-# One vLLM model load per (dataset, model) for CDV evaluation: a vLLM model in `cdv.eval_models` is
-# evaluated on every search cell of a dataset (and, with mitigation on, under the focus instruction) by one
-# job, rule cdv_eval_vllm, which writes the same per-cell files as cdv_eval and cdv_mitigation.
-
-
-rule cdv_eval_vllm:
-    input:
-        unpack(cdv_eval_group_inputs),
-    output:
-        records=cdv_group_outputs("eval", ".jsonl"),
-        usage=cdv_group_outputs("eval", ".usage.json"),
-        mitigation=cdv_group_outputs("mitigation", ".jsonl"),
-        mitigation_usage=cdv_group_outputs("mitigation", ".usage.json"),
-    log:
-        "results/logs/cdv/eval/{dataset}/{model}.log",
-    benchmark:
-        "results/benchmarks/cdv/eval/{dataset}/{model}.tsv"
-    wildcard_constraints:
-        model=CDV_VLLM_EVAL_RE,
-    conda:
-        llm_env(cell_model)
-    threads: llm_threads(cell_model)
-    resources:
-        **llm_resources(cell_model),
-    params:
-        models=lambda w: cdv_models_of([w.model]),
-        cells=cdv_group_cells(),
-        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
-        temperature=lambda w: cdv_eval_temperature(w.model),
-        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_eval_group.py"
-
-
-# One load per (dataset, model) also for the vLLM models that both search and evaluate: rule
-# cdv_vllm_served serves them side by side (one vLLM server each, on its own GPUs) for the searches of the
-# cells they take part in, then their evaluations on every cell; the same per-cell files as cdv_search and
-# cdv_eval_vllm write. Without such models (or with `cdv.eval.vllm_served: false`) the rule does not exist.
-if cdv_served_models():
-
-    ruleorder: cdv_vllm_served > cdv_search
-
-    rule cdv_vllm_served:
-        input:
-            unpack(cdv_served_inputs),
-        output:
-            search=cdv_served_search_outputs("search.jsonl"),
-            perturbed=cdv_served_search_outputs("perturbed.jsonl"),
-            summary=cdv_served_search_outputs("search.summary.json"),
-            search_usage=cdv_served_search_outputs("search.usage.json"),
-            records=cdv_served_eval_outputs("eval", ".jsonl"),
-            usage=cdv_served_eval_outputs("eval", ".usage.json"),
-            mitigation=cdv_served_eval_outputs("mitigation", ".jsonl"),
-            mitigation_usage=cdv_served_eval_outputs("mitigation", ".usage.json"),
-        log:
-            "results/logs/cdv/served/{dataset}.log",
-        benchmark:
-            "results/benchmarks/cdv/served/{dataset}.tsv"
-        wildcard_constraints:
-            dataset=cdv_dataset_pattern(),
-        conda:
-            llm_env(cdv_served_job_models)
-        threads: llm_threads(cdv_served_job_models)
-        resources:
-            **llm_resources(lambda w: cdv_served_models(), gpus=sum),
-        params:
-            models=cdv_models_of(cdv_served_job_models()),
-            served=cdv_served_models(),
-            cells=cdv_group_cells(),
-            searches=cdv_served_plan()["searches"],
-            evals=cdv_served_plan()["evals"],
-            search=config["cdv"]["search"],
-            classifier_threshold=config["cdv"]["classifier"]["threshold"],
-            max_tokens=config["cdv"]["eval"]["max_tokens"],
-            seed=config["seed"],
-        script:
-            "../../scripts/cdv_vllm_served.py"

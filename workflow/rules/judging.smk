@@ -6,49 +6,6 @@
 include: "functions/judging.smk"
 
 
-# A published judge template (judging.prompt is a URL): fetched once, on the submitting host (compute nodes
-# are often offline), and refused unless its sha256 is the configured one.
-if _fetch.is_url(config["judging"]["prompt"]):
-
-    rule fetch_prompt:
-        output:
-            judge_template(),
-        log:
-            "results/logs/prompts/fetch_judge_template.log",
-        localrule: True
-        conda:
-            "../../envs/analysis.yaml"
-        resources:
-            **config["resources"]["small"],
-        params:
-            url=config["judging"]["prompt"],
-            sha256=config["judging"]["prompt_sha256"],
-            config_key="judging.prompt",
-        script:
-            "../../scripts/fetch_prompt.py"
-
-
-# The released summary template (judging.summary_prompt is a URL), fetched and checked the same way.
-if _fetch.is_url(config["judging"]["summary_prompt"]):
-
-    rule fetch_summary_prompt:
-        output:
-            summary_template(),
-        log:
-            "results/logs/prompts/fetch_summary_template.log",
-        localrule: True
-        conda:
-            "../../envs/analysis.yaml"
-        resources:
-            **config["resources"]["small"],
-        params:
-            url=config["judging"]["summary_prompt"],
-            sha256=config["judging"]["summary_prompt_sha256"],
-            config_key="judging.summary_prompt",
-        script:
-            "../../scripts/fetch_prompt.py"
-
-
 rule summarize:
     input:
         unpack(summary_inputs),

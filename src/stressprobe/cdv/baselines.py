@@ -5,14 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from stressprobe.cdv.prompts import (
-    clean_context,
-    elaborated_messages,
-    letter,
-    prompt_only_messages,
-    proxy_messages,
-    with_context,
-)
+from stressprobe.cdv.prompt_file import OWN
+from stressprobe.cdv.prompts import clean_context, letter, with_context
 from stressprobe.llm import Request
 
 KINDS = ("elaborated", "prompt_only")
@@ -25,15 +19,19 @@ def prompt_only_target(question: dict[str, Any], seed: int) -> int:
     return random.Random(f"{seed}/{question['qid']}").choice(wrong)
 
 
-def baseline_messages(question: dict[str, Any], kind: str, prompt_only: str, seed: int) -> tuple:
+def baseline_messages(
+    question: dict[str, Any], kind: str, prompt_only: str, seed: int, prompts: Any = OWN
+) -> tuple:
     """The prompt of one baseline rewrite. Prompt-only is the search's own perturbation prompt applied once
-    (`search_prompt`, the paper's baseline) or the project's generic distraction prompt (`own`)."""
+    (`search_prompt`, the paper's baseline) or a separate distraction prompt (`own`: the project's, or a
+    template file's `prompt_only`)."""
+    q, choices, answer = question["question"], question["choices"], question["answer_index"]
     if kind == "elaborated":
-        return elaborated_messages(question["question"], question["choices"])
+        return prompts.elaborated(q, choices)
+    target = prompt_only_target(question, seed)
     if prompt_only == "search_prompt":
-        target = prompt_only_target(question, seed)
-        return proxy_messages(question["question"], question["choices"], question["answer_index"], target)
-    return prompt_only_messages(question["question"], question["choices"])
+        return prompts.proxy(q, choices, answer, target, q)
+    return prompts.prompt_only(q, choices, answer, target)
 
 
 def baseline_questions(
@@ -43,6 +41,7 @@ def baseline_questions(
     temperature: float,
     seed: int,
     prompt_only: str = "search_prompt",
+    prompts: Any = OWN,
 ) -> list[dict[str, Any]]:
     """One rewrite of each kind per question (one batch); an empty or off-format reply is recorded, not used.
 
@@ -52,7 +51,7 @@ def baseline_questions(
     jobs = [(q, kind) for q in questions for kind in KINDS]
     requests = [
         Request(
-            messages=baseline_messages(q, kind, prompt_only, seed),
+            messages=baseline_messages(q, kind, prompt_only, seed, prompts),
             max_tokens=max_tokens,
             temperature=temperature,
             seed=seed,

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
+from stressprobe.cdv.answers import read_answers
+from stressprobe.cdv.prompt_file import OWN
+from stressprobe.cdv.prompts import letter
 from stressprobe.llm import Request
 
 
@@ -50,23 +52,30 @@ def evaluate(
     mitigation: bool = False,
     prefill: str | None = None,
     temperature: float = 0.0,
+    prompts: Any = OWN,
 ) -> list[dict[str, Any]]:
     """Ask one model every item once (one batch); unparseable, truncated or failed answers are not correct.
 
     `prefill` starts each answer (models with `answer_prefill`); `raw` then includes it. An answer without
-    a parseable answer line is `truncated` when it used all `max_tokens`, else `unparsed`."""
+    a parseable answer line is `truncated` when it used all `max_tokens`, else `unparsed`. With a template
+    file that extracts answers, a second call per answer reads it (`extract_raw` records that reply)."""
     requests = [
         Request(
-            messages=victim_messages(item["question"], item["choices"], mitigation, prefill),
+            messages=prompts.victim(item["question"], item["choices"], mitigation, prefill),
             max_tokens=max_tokens,
             temperature=temperature,
             seed=seed,
         )
         for item in items
     ]
+    responses = client.generate(requests)
+    answered = [i for i, r in enumerate(responses) if not r.error]
+    asked = [(items[i]["question"], items[i]["choices"], [responses[i].text]) for i in answered]
+    answers, extractions = read_answers(client, prompts, asked, prefill, seed)
+    read = {i: (a, x) for i, [a], x in zip(answered, answers, extractions, strict=True)}
     records = []
-    for item, response in zip(items, client.generate(requests), strict=True):
-        answer = None if response.error else parse_answer(response.text, len(item["choices"]), prefill)
+    for i, (item, response) in enumerate(zip(items, responses, strict=True)):
+        answer, extracted = read.get(i, (None, []))
         records.append(
             {
                 "qid": item["qid"],
@@ -79,6 +88,7 @@ def evaluate(
                 "correct": answer == item["answer_index"],
                 "status": _status(response, answer, max_tokens),
                 "raw": (prefill or "") + response.text,
+                **({"extract_raw": extracted[0].text} if extracted else {}),
             }
         )
     return records

@@ -12,6 +12,7 @@ from typing import Any
 from stressprobe.cdv.classifier import prompt_probabilities
 from stressprobe.cdv.clients import role_clients, write_merged_usage
 from stressprobe.cdv.evaluate import eval_items, evaluate
+from stressprobe.cdv.prompt_file import OWN, prompt_set
 from stressprobe.cdv.search import (
     SearchSettings,
     perturbed_records,
@@ -35,6 +36,13 @@ class SearchFiles:
     usage: str
 
 
+def job_prompts(spec: Mapping[str, Any]) -> Any:
+    """The prompt set of a job from its `prompts` param (cdv.prompts, its template file resolved)."""
+    return prompt_set(
+        spec["file"], spec["templates"], spec["extract_answers"], "cdv.prompts.templates", spec["distraction"]
+    )
+
+
 def search_settings(
     search: Mapping[str, Any],
     classifier_threshold: float,
@@ -42,6 +50,7 @@ def search_settings(
     victim_prefill: str | None,
     eval_temperature: float,
     value: str,
+    prompts: Mapping[str, Any],
 ) -> SearchSettings:
     """The SearchSettings of a cell from the rule's params."""
     return SearchSettings(
@@ -51,6 +60,7 @@ def search_settings(
         victim_prefill=victim_prefill,
         eval_temperature=eval_temperature,
         value=value,
+        prompts=job_prompts(prompts),
     )
 
 
@@ -133,6 +143,7 @@ class EvalSettings:
     temperature: float
     prefill: str | None
     seed: int
+    prompts: Any = OWN
 
 
 def evaluate_group(
@@ -163,6 +174,7 @@ def evaluate_group(
                     mitigated,
                     settings.prefill,
                     settings.temperature,
+                    settings.prompts,
                 )
                 write_merged_usage(clients, usage_path)
                 write_jsonl(records_path, records)

@@ -1,4 +1,5 @@
-"""Prompts of the CDV study and the parsing of their answers (no second model call ever parses a reply)."""
+"""The project's own prompts of the CDV study and the parsing of their answers (the offline default; a
+published template file can replace them, see stressprobe.cdv.prompt_file)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ CLASSIFIER_SYSTEM = "You assess exam questions. Reply with one word: yes or no."
 # The letter must be a capital: "answer a question" is not an answer.
 _ANSWER_LINE = re.compile(r"(?i:answer)\s*(?i:is)?\s*[:\-]?\s*\(?\s*([A-Z])\s*\)?(?![A-Za-z])")
 _MARKUP = re.compile(r"[*_`#]")
+_LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Z])(?![A-Za-z])")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 # A proxy reply that lists options or states an answer has left its task (it would change the question).
 _OFF_FORMAT = re.compile(r"(^|\n)\s*\(?[A-E][.)]\s|answer\s*:", re.IGNORECASE)
@@ -63,13 +65,28 @@ def parse_answer(text: str, n_choices: int, prefill: str | None = None) -> int |
     return valid[-1] if valid else None
 
 
+def parse_option(text: str, n_choices: int) -> int | None:
+    """The option an extraction reply names: its 'Answer: X' line, else its only standalone valid letter."""
+    answer = parse_answer(text, n_choices)
+    if answer is not None:
+        return answer
+    tokens = {LETTERS.index(t) for t in _LONE_LETTER.findall(_MARKUP.sub("", text or ""))}
+    valid = {t for t in tokens if t < n_choices}
+    return valid.pop() if len(valid) == 1 else None
+
+
+# How much the proxy writes: background (two or three sentences, the project's first reading) or one
+# distraction sentence (the authors' release).
+DISTRACTION_LENGTHS = {"background": "two or three sentences of background text", "sentence": "one sentence"}
+
+
 def proxy_messages(
-    question: str, choices: list[str], answer_index: int, target_index: int
+    question: str, choices: list[str], answer_index: int, target_index: int, length: str = "background"
 ) -> tuple[tuple[str, str], ...]:
     """Error-guided proxy prompt: context nudging toward `target_index`, not contradicting the answer."""
     user = (
         f"{format_question(question, choices)}\n\n"
-        f"The correct answer is {letter(answer_index)}. Write two or three sentences of background text "
+        f"The correct answer is {letter(answer_index)}. Write {DISTRACTION_LENGTHS[length]} "
         "to put before this question. The text must be related to the topic and "
         f"make option {letter(target_index)} ({choices[target_index]}) seem attractive, "
         f"but it must not state or imply that {letter(target_index)} is correct, "

@@ -188,8 +188,10 @@ def prepare_questions(
     hf_split: str,
     n: int | list[str] | None,
     seed: int,
+    shuffle: bool = True,
 ) -> list[dict[str, Any]]:
-    """Load (local file or Hugging Face), validate, sample `n` (or take the listed qids) and shuffle choices."""
+    """Load (local file or Hugging Face), validate, sample `n` (or take the listed qids) and shuffle choices
+    (unless `shuffle` is off: then the source's order, with `answer_index` set)."""
     if path:
         raw = read_question_file(path)
     elif hf_dataset:
@@ -201,4 +203,7 @@ def prepare_questions(
         raise StressprobeError(
             f"cdv.datasets.{dataset}: the source has no questions; check 'path'/'hf_dataset'"
         )
-    return [shuffle_choices(item, seed) for item in sample_items(items, n, seed, dataset)]
+    sample = sample_items(items, n, seed, dataset)
+    if not shuffle:
+        return [{**item, "answer_index": item["choices"].index(item["answer"])} for item in sample]
+    return [shuffle_choices(item, seed) for item in sample]

@@ -46,6 +46,7 @@ def search_quality_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
         "unparsed_answers": summary.get("unparsed_answers"),
         "truncated_answers": summary.get("truncated_answers"),
         "unparsed_nodes": summary.get("unparsed_nodes"),
+        "successes_with_unread": summary.get("successes_with_unread"),
         "reprompts": summary.get("reprompts"),
         "call_cap_hit": summary.get("call_cap_hit"),
         # Blank when the audit did not run (or audited no success), a count (0 included) when it did.
@@ -92,41 +93,78 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
     )
 
 
-def value_ablation_table(default_paths: list[str], variant_paths: list[str]) -> pd.DataFrame:
-    """Section 4.4: per cell and value function, success rate and cost per success.
+# The summary counts that add up over datasets (section 4.4 pools its four datasets).
+POOLED = (
+    "questions",
+    "flagged_original_fails",
+    "classifier_filtered",
+    "questions_with_success",
+    "questions_with_success_with_originals",
+    "successful_perturbations",
+    "expansions",
+    "requests_total",
+    "tokens_total",
+    "cost_usd",
+    "call_cap_hit",
+)
 
-    `default_paths` are the cells' own summaries (the paper's V), `variant_paths` those under
-    `value/{variant}/`. Cost per success is per successful perturbation (depth >= 1).
+
+def _pooled(summaries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    total = {key: sum(s.get(key) or 0 for s in summaries) for key in POOLED}
+    n = total["successful_perturbations"]
+    for key, over in (("requests", "requests_total"), ("tokens", "tokens_total"), ("cost", "cost_usd")):
+        name = "cost_per_perturbed_question_usd" if key == "cost" else f"{key}_per_success"
+        total[name] = total[over] / n if n else None
+    return total
+
+
+def _ablation_row(cell: Mapping[str, str], variant: str, s: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **cell,
+        "value": variant,
+        "questions": s["questions"],
+        **success_rates(s),
+        "perturbations": s["successful_perturbations"],
+        "expansions": s["expansions"],
+        "requests": s["requests_total"],
+        "tokens": s["tokens_total"],
+        "cost_usd": s["cost_usd"],
+        "requests_per_success": s["requests_per_success"],
+        "tokens_per_success": s["tokens_per_success"],
+        "usd_per_success": s["cost_per_perturbed_question_usd"],
+        "call_cap_hit": s.get("call_cap_hit"),
+    }
+
+
+def value_ablation_table(summary_paths: list[str]) -> pd.DataFrame:
+    """Section 4.4: per cell and value function, success rate and cost per success, and per (proxy,
+    victim) and value function the datasets pooled (dataset `all`, as §4.4 reports its four together).
+
+    `summary_paths` holds each ablated cell's own summary (the paper's V, `{cell}/search.summary.json`) and
+    its variants' (`{cell}/value/{variant}/search.summary.json`). Cost per success is per successful
+    perturbation (depth >= 1).
     """
-    rows = []
-    for path, levels in [(p, 1) for p in default_paths] + [(p, 3) for p in variant_paths]:
+    rows, groups = [], {}
+    for path in summary_paths:
+        levels = 3 if Path(path).parent.parent.name == "value" else 1
         s = _summary(path)
         variant = s.get("value") or ("paper" if levels == 1 else Path(path).parent.name)
-        rows.append(
-            {
-                **cell_of(path, levels),
-                "value": variant,
-                "questions": s["questions"],
-                **success_rates(s),
-                "perturbations": s["successful_perturbations"],
-                "expansions": s["expansions"],
-                "requests": s["requests_total"],
-                "tokens": s["tokens_total"],
-                "cost_usd": s["cost_usd"],
-                "requests_per_success": s["requests_per_success"],
-                "tokens_per_success": s["tokens_per_success"],
-                "usd_per_success": s["cost_per_perturbed_question_usd"],
-                "call_cap_hit": s.get("call_cap_hit"),
-            }
-        )
+        cell = cell_of(path, levels)
+        rows.append(_ablation_row(cell, variant, s))
+        groups.setdefault((cell["proxy"], cell["victim"], variant), []).append(s)
+    for (proxy, victim, variant), summaries in groups.items():
+        if len(summaries) > 1:
+            pooled = {"dataset": "all", "proxy": proxy, "victim": victim}
+            rows.append(_ablation_row(pooled, variant, _pooled(summaries)))
     order = {"paper": 0, "gamma0": 1, "no_r": 2}
     table = pd.DataFrame(rows)
     if table.empty:
         return table
     table["_order"] = table["value"].map(order)
+    table["_all"] = table["dataset"] == "all"
     return (
-        table.sort_values(["dataset", "proxy", "victim", "_order"])
-        .drop(columns="_order")
+        table.sort_values(["_all", "dataset", "proxy", "victim", "_order"])
+        .drop(columns=["_order", "_all"])
         .reset_index(drop=True)
     )
 

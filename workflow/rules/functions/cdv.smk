@@ -1,7 +1,5 @@
 # Input functions, wildcard patterns and output lists of the cdv stage (its rules: ../cdv.smk).
 
-from types import SimpleNamespace
-
 import stressprobe.cdv.experiments as _cdv_experiments
 
 # A CDV dataset's sampled questions, read by every CDV stage: the one place its path is written.
@@ -12,10 +10,41 @@ def cdv_datasets():
     return list(config["cdv"]["datasets"])
 
 
+def cdv_question_file(dataset):
+    """A dataset's question file: its local path or pinned source (`source:<name>`); None for Hugging Face."""
+    path = config["cdv"]["datasets"][dataset]["path"]
+    return source_file(path, f"cdv.datasets.{dataset}.path") if path else None
+
+
 def cdv_source_inputs(wildcards):
-    """A local question file is an input, so that editing it prepares the dataset again."""
-    path = config["cdv"]["datasets"][wildcards.dataset].get("path")
+    """A question file is an input, so that editing it (or fetching its source) prepares the dataset again."""
+    path = cdv_question_file(wildcards.dataset)
     return {"questions": path} if path else {}
+
+
+def cdv_dataset_source(wildcards):
+    """The dataset's config entry with its question file resolved (the job reads that file)."""
+    source = config["cdv"]["datasets"][wildcards.dataset]
+    return {**source, "path": cdv_question_file(wildcards.dataset)}
+
+
+def cdv_prompt_file():
+    """The CDV prompts' template file (`cdv.prompts.file`: a path or a pinned source) as an input of every job
+    that asks with it; none for the project's own prompts."""
+    spec = config["cdv"]["prompts"]["file"]
+    return [source_file(spec, "cdv.prompts.file")] if spec else []
+
+
+def cdv_prompt_inventory_file():
+    """The file whose templates rule cdv_prompt_inventory lists (`cdv.prompts.inventory_of`), or none."""
+    spec = config["cdv"]["prompts"]["inventory_of"]
+    return [source_file(spec, "cdv.prompts.inventory_of")] if spec else []
+
+
+def cdv_prompts():
+    """`cdv.prompts` as a job's params, its template file resolved (the job reads the templates by name)."""
+    prompts = {k: v for k, v in config["cdv"]["prompts"].items() if k != "inventory_of"}
+    return {**prompts, "file": next(iter(cdv_prompt_file()), None)}
 
 
 def cdv_cell_specs():
@@ -111,169 +140,6 @@ def cdv_eval_files(kind="eval"):
         f"{cdv_cell_dir(d, p, v)}/{kind}/{model}.jsonl"
         for d, p, v in cdv_cells()
         for model in cdv_eval_models(v, p)
-    ]
-
-
-def cdv_grouped_eval_models():
-    """vLLM models of `cdv.eval_models` evaluated on all cells of a dataset in one job (rule cdv_eval_vllm).
-
-    Only with an explicit `eval_models` list: without one, each cell evaluates its own victim, which a
-    single job per (dataset, victim) does already.
-    """
-    if not config["cdv"]["eval"]["vllm_one_job_per_dataset"]:
-        return []
-    return [
-        m
-        for m in config["cdv"]["eval_models"]
-        if is_vllm(m) and all(m in cdv_eval_models(v, p) for p, v in cdv_cell_specs())
-    ]
-
-
-def cdv_group_cells():
-    """(proxy, victim) of every search cell, in a fixed order: a grouped vLLM evaluation covers them all."""
-    return sorted(cdv_cell_specs())
-
-
-def cdv_group_outputs(kind, suffix):
-    """`{kind}/{model}{suffix}` of every search cell of a dataset (wildcards kept); none for mitigation when
-    it is off."""
-    if kind == "mitigation" and not config["cdv"]["mitigation"]["enabled"]:
-        return []
-    return [
-        f"results/cdv/{{dataset}}/{proxy}/{victim}/{kind}/{{model}}{suffix}"
-        for proxy, victim in cdv_group_cells()
-    ]
-
-
-def cdv_eval_group_inputs(wildcards):
-    """Every cell's questions (its experiment's sample) and perturbed questions (and baselines when enabled)."""
-    inputs = {}
-    for i, (proxy, victim) in enumerate(cdv_group_cells()):
-        cell = cdv_cell_dir(wildcards.dataset, proxy, victim)
-        spec = SimpleNamespace(dataset=wildcards.dataset, proxy=proxy, victim=victim)
-        inputs[f"questions_{i}"] = cdv_cell_questions(spec)
-        inputs[f"perturbed_{i}"] = f"{cell}/perturbed.jsonl"
-        if config["cdv"]["baselines"]["enabled"]:
-            inputs[f"baselines_{i}"] = f"{cell}/baselines.jsonl"
-    return inputs
-
-
-def cdv_eval_temperature(model):
-    """The evaluation temperature of one model: `cdv.eval.temperature` unless its API needs its own."""
-    evaluation = config["cdv"]["eval"]
-    return evaluation["model_temperature"].get(model, evaluation["temperature"])
-
-
-def cdv_eval_max_tokens(model):
-    """The answer's token limit of one model: `cdv.eval.max_tokens` unless its API counts hidden reasoning
-    tokens in it (o1-mini), then `cdv.eval.model_max_tokens`."""
-    evaluation = config["cdv"]["eval"]
-    return evaluation["model_max_tokens"].get(model, evaluation["max_tokens"])
-
-
-def cdv_served_cells():
-    """(proxy, victim) of the search cells that the served dataset job (cdv_vllm_served) runs, those whose
-    vLLM roles are all grouped evaluators (none when `cdv.eval.vllm_served` is off)."""
-    if not config["cdv"]["eval"]["vllm_served"]:
-        return []
-    grouped = set(cdv_grouped_eval_models())
-    served = []
-    for proxy, victim in cdv_group_cells():
-        gpu_roles = {m for m in cell_roles(proxy, victim).values() if is_vllm(m)}
-        if gpu_roles and gpu_roles <= grouped:
-            served.append((proxy, victim))
-    return served
-
-
-def _served_cell_roles():
-    """Every model with a role in a search cell of the served dataset job."""
-    return {m for p, v in cdv_served_cells() for m in cell_roles(p, v).values()}
-
-
-def cdv_served_models():
-    """The dataset job's co-resident vLLM models: grouped evaluators that take a role in one of its search
-    cells. Each is served once per dataset, for its searches and its evaluation (a cycle for jobs that load
-    one model each: the evaluation of one needs the other's search)."""
-    roles = _served_cell_roles()
-    return [m for m in cdv_grouped_eval_models() if m in roles]
-
-
-def cdv_served_plan():
-    """The served job's work as params: its search cells (roles and per-cell settings) and evaluations."""
-    searches = [
-        {
-            "cell": [proxy, victim],
-            "roles": cell_roles(proxy, victim),
-            "victim_prefill": model_prefill(victim, config["cdv"]["answer_prefix"]),
-            "eval_temperature": cdv_eval_temperature(victim),
-        }
-        for proxy, victim in cdv_served_cells()
-    ]
-    evals = [
-        {
-            "model": model,
-            "temperature": cdv_eval_temperature(model),
-            "prefill": model_prefill(model, config["cdv"]["answer_prefix"]),
-        }
-        for model in cdv_served_models()
-    ]
-    return {"searches": searches, "evals": evals}
-
-
-def cdv_served_job_models(wildcards=None):
-    """Every model the served job calls: its searches' roles (the served models among them)."""
-    return sorted(_served_cell_roles())
-
-
-def cdv_served_search_outputs(name):
-    """`name` (e.g. search.jsonl) of every cell the served job searches, dataset wildcard kept."""
-    return [f"results/cdv/{{dataset}}/{p}/{v}/{name}" for p, v in cdv_served_cells()]
-
-
-def cdv_served_eval_outputs(kind, suffix):
-    """`{kind}/{model}{suffix}` of every search cell for every served model, model-major (the order the
-    script reads them in); none for mitigation when it is off."""
-    if kind == "mitigation" and not config["cdv"]["mitigation"]["enabled"]:
-        return []
-    return [
-        f"results/cdv/{{dataset}}/{p}/{v}/{kind}/{model}{suffix}"
-        for model in cdv_served_models()
-        for p, v in cdv_group_cells()
-    ]
-
-
-def cdv_served_inputs(wildcards):
-    """The grouped evaluation's inputs, less the perturbed questions of the cells the job searches itself."""
-    inputs = cdv_eval_group_inputs(wildcards)
-    for i, cell in enumerate(cdv_group_cells()):
-        if cell in cdv_served_cells():
-            del inputs[f"perturbed_{i}"]
-    return inputs
-
-
-# cdv_eval_vllm: the grouped evaluators the served job does not cover.
-CDV_VLLM_EVAL_RE = _alternation(
-    [m for m in cdv_grouped_eval_models() if m not in cdv_served_models()]
-)
-# cdv_eval and cdv_mitigation: every evaluated model except the grouped ones.
-CDV_CELL_EVAL_RE = _alternation(
-    sorted(
-        {m for _, p, v in cdv_cells() for m in cdv_eval_models(v, p)}
-        - set(cdv_grouped_eval_models())
-    )
-)
-
-
-def cdv_value_variants():
-    return config["cdv"]["value_variants"]
-
-
-def cdv_variant_files(name):
-    """One file per (cell, value-function variant) of the ablation; the default variant is the cell's own."""
-    return [
-        f"{cdv_cell_dir(*cell)}/value/{variant}/{name}"
-        for cell in cdv_cells()
-        for variant in cdv_value_variants()
     ]
 
 

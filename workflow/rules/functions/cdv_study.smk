@@ -76,6 +76,8 @@ def cdv_outputs():
     outputs += [f"results/cdv/dpo/model/{m}/done.json" for m in cdv_dpo_models()]
     if cdv_human_cells():
         outputs += ["results/cdv/human_eval/sheet.csv"]
+    if cdv_prompt_inventory_file():
+        outputs += ["results/cdv/prompts/inventory.json"]
     return outputs
 
 
@@ -179,3 +181,41 @@ def cdv_study_inputs(name):
     for part in parts.values():
         merged.update(part)
     return merged
+
+
+# Section 4.4's value-function ablation (its cells may be the cost experiment's: cdv_classifier.smk).
+def cdv_value_variants():
+    return config["cdv"]["value_variants"]
+
+
+def cdv_value_cells():
+    """The search cells the value-function ablation repeats: the study's, or the cost experiment's random
+    selections (section 4.4's "randomly selected questions from four datasets")."""
+    if not cdv_value_variants():
+        return []
+    if config["cdv"]["value_variant_cells"] == "study":
+        return cdv_cells()
+    return [c for c in cdv_cost_cells() if c[0].endswith(".random")]
+
+
+def _check_value_cells():
+    if cdv_value_variants() and not cdv_value_cells():
+        raise StressprobeError(
+            "config key 'cdv.value_variant_cells': cost_random needs the cost experiment "
+            "(cdv.classifier.cost_study.enabled and label cells); enable it or use study"
+        )
+
+
+def cdv_variant_files(name):
+    """The ablation's files: each ablated cell's own (the paper's V) and one per value-function variant."""
+    return [
+        path
+        for cell in cdv_value_cells()
+        for path in [
+            f"{cdv_cell_dir(*cell)}/{name}",
+            *(f"{cdv_cell_dir(*cell)}/value/{v}/{name}" for v in cdv_value_variants()),
+        ]
+    ]
+
+
+stop_on_error(_check_value_cells)

@@ -58,9 +58,7 @@ def _check_judging_config():
 stop_on_error(_check_judging_config)
 
 
-# -- the judge prompt template: a local file, or a published one fetched (and checksummed) by a job --
-from stressprobe import fetch as _fetch
-
+# -- the judge prompt template: a local file, or a pinned source fetched (and checksummed) by a job --
 stop_on_error(
     _fetch.check_source,
     config["judging"]["prompt"],
@@ -70,29 +68,17 @@ stop_on_error(
 
 
 def judge_template():
-    """The judge template file jobs read: the configured path, or where the download job puts the URL's file."""
+    """The judge template file jobs read: the configured path, or the pinned source's file (a URL given
+    here is the source `judging_prompt`; see ../sources.smk)."""
     spec = config["judging"]["prompt"]
     if _fetch.is_url(spec):
-        return f"results/prompts/judge_template{_fetch.url_suffix(spec)}"
-    return spec
-
-
-# The summary template likewise (issue 23). Kept apart in these few lines so that it can move onto the
-# generic pattern for pinned sources with the judge template.
-stop_on_error(
-    _fetch.check_source,
-    config["judging"]["summary_prompt"],
-    config["judging"]["summary_prompt_sha256"],
-    "judging.summary_prompt",
-)
+        spec = _fetch.SOURCE_PREFIX + _fetch.LEGACY_JUDGE_SOURCE
+    return source_file(spec, "judging.prompt")
 
 
 def summary_template():
-    """The summary template file jobs read: the configured path, or where its download job puts it."""
-    spec = config["judging"]["summary_prompt"]
-    if _fetch.is_url(spec):
-        return f"results/prompts/summary_template{_fetch.url_suffix(spec)}"
-    return spec
+    """The summary template file jobs read: the configured path, or the pinned source's file."""
+    return source_file(config["judging"]["summary_prompt"], "judging.summary_prompt")
 
 
 def fixed_delivery(wildcards):

@@ -1,0 +1,44 @@
+"""Reading a model's answers to multiple-choice questions: from each answer's 'Answer: X' line (the project's
+prompts), or, with a template file whose answers are extracted, by one more call per answer that asks the
+extraction template which option the answer chose (through the same cached client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stressprobe.cdv.prompts import parse_answer, parse_option
+from stressprobe.llm import Request, Response
+
+# Tokens of an extraction reply (an option letter, perhaps in a short sentence).
+EXTRACT_MAX_TOKENS = 16
+
+
+def read_answers(
+    client: Any,
+    prompts: Any,
+    asked: list[tuple[str, list[str], list[str]]],
+    prefill: str | None,
+    seed: int,
+) -> tuple[list[list[int | None]], list[list[Response]]]:
+    """For each (question, choices, answer texts): the chosen option of every text (None when unread), and
+    the extraction responses that read them (empty without extraction), for the caller to count."""
+    if not prompts.extracts:
+        answers = [[parse_answer(t, len(choices), prefill) for t in texts] for _, choices, texts in asked]
+        return answers, [[] for _ in asked]
+    requests = [
+        Request(
+            messages=prompts.extract(question, choices, (prefill or "") + text),
+            max_tokens=EXTRACT_MAX_TOKENS,
+            temperature=0.0,
+            seed=seed,
+        )
+        for question, choices, texts in asked
+        for text in texts
+    ]
+    replies = iter(client.generate(requests)) if requests else iter(())
+    answers, responses = [], []
+    for _, choices, texts in asked:
+        mine = [next(replies) for _ in texts]
+        responses.append(mine)
+        answers.append([None if r.error else parse_option(r.text, len(choices)) for r in mine])
+    return answers, responses

@@ -1,0 +1,254 @@
+"""Prompt templates read from a published Python file without running it (stressprobe.cdv.prompt_file): a
+stand-in the test writes, served on 127.0.0.1 and checked by its sha256, then every template filled; the
+search and the evaluation asking with it, answers read by a second call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
+from stressprobe.cdv.evaluate import evaluate
+from stressprobe.cdv.prompt_file import (
+    FilePrompts,
+    prompt_set,
+    read_templates,
+    template_inventory,
+    templates_in,
+)
+from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
+from stressprobe.cost import cdv_eval_bounds, cdv_search_bounds
+from stressprobe.errors import StressprobeError
+from stressprobe.fetch import fetch_verified
+from stressprobe.llm import Request, Response
+from tests.support.api_workdir import run_workflow, write_api_config
+from tests.support.cdv_scripted import make_item
+from tests.support.file_server import FileServer
+from tests.support.helpers import make_workdir
+
+# A stand-in of the structure of a prompt module: f-strings returned by functions and module-level
+# constants with format fields. Running it would fail (the import), so it must be read, not run.
+STAND_IN = '''
+import module_that_does_not_exist
+
+def distraction_prompt(question, choices, ground_truth, wrong_option):
+    return f"""DISTRACT toward {wrong_option} (not {ground_truth}) for: {question}
+{choices}
+Reply with one sentence; keep {{braces}}."""
+
+SEMANTIC = "SEMANTIC: does the added sentence in {question} change the answer {ground_truth} of {ori_question}?"
+COT = "COT: {question}\\n{choices}\\nThink step by step."
+FOCUS = "FOCUS on the core question: {question}\\n{choices}"
+
+def extraction_prompt(question, response):
+    text = "unused"
+    return f"EXTRACT the option chosen in: {response}"
+
+ELABORATE = "ELABORATE: {question}"
+'''
+NAMES = {
+    "distraction": "distraction_prompt",
+    "semantic": "SEMANTIC",
+    "answer": "COT",
+    "answer_focus": "FOCUS",
+    "extract": "extraction_prompt",
+    "elaborated": "ELABORATE",
+}
+KEY = "cdv.prompts.templates"
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    path = tmp_path / "prompt.py"
+    path.write_text(STAND_IN)
+    return path
+
+
+def test_a_fetched_stand_in_is_checked_read_without_running_and_every_template_filled(tmp_path, stand_in):
+    data = stand_in.read_bytes()
+    with FileServer(stand_in.parent) as files:
+        fetched = tmp_path / "fetched" / "prompt.py"
+        fetch_verified(files.url("prompt.py"), hashlib.sha256(data).hexdigest(), fetched, "sources.p.url")
+    prompts = FilePrompts(read_templates(fetched, NAMES, KEY), extracts=True)
+    choices = ["red", "blue", "green"]
+    options = "A. red\nB. blue\nC. green"
+    assert prompts.proxy("Ctx. Q?", choices, 0, 2, "Q?") == (
+        (
+            "user",
+            f"DISTRACT toward green (not red) for: Ctx. Q?\n{options}\nReply with one sentence; keep {{braces}}.",
+        ),
+    )
+    assert prompts.semantic("Q?", "Ctx. Q?", choices, 0) == (
+        ("user", "SEMANTIC: does the added sentence in Ctx. Q? change the answer red of Q??"),
+    )
+    assert prompts.victim("Q?", choices) == (("user", f"COT: Q?\n{options}\nThink step by step."),)
+    assert prompts.victim("Q?", choices, mitigation=True, prefill="Answer:") == (
+        ("user", f"FOCUS on the core question: Q?\n{options}"),
+        ("assistant", "Answer:"),
+    )
+    assert prompts.extract("Q?", choices, "I pick B") == (("user", "EXTRACT the option chosen in: I pick B"),)
+    assert prompts.elaborated("Q?", choices) == (("user", "ELABORATE: Q?"),)
+    # Prompt-only defaults to the distraction template, applied to the original question.
+    assert prompts.prompt_only("Q?", choices, 0, 1)[0][1].startswith("DISTRACT toward blue (not red) for: Q?")
+
+
+@pytest.mark.parametrize(
+    ("names", "says"),
+    [
+        (
+            {**NAMES, "answer": "NOPE"},
+            r"'cdv\.prompts\.templates\.answer': .* no string constant .*'NOPE' \(it has: COT,",
+        ),
+        (
+            {**NAMES, "answer": "SEMANTIC"},
+            r"'cdv\.prompts\.templates\.answer': template 'SEMANTIC' uses ground_truth, ori_question",
+        ),
+        (
+            {k: v for k, v in NAMES.items() if k != "semantic"},
+            r"'cdv\.prompts\.templates\.semantic': name the template",
+        ),
+    ],
+)
+def test_bad_template_names_and_fields_are_one_line_errors(stand_in, names, says):
+    with pytest.raises(StressprobeError, match=r"^config key " + says):
+        read_templates(stand_in, names, KEY)
+
+
+def test_only_plain_name_fields_are_accepted(tmp_path):
+    path = tmp_path / "p.py"
+    path.write_text('X = f"{choices[0]}"\n')
+    with pytest.raises(
+        StressprobeError, match=r"p\.py:1: the f-string field 'choices\[0\]' is not a plain name"
+    ):
+        templates_in(path.read_text(), str(path))
+    assert templates_in("Y = 3\ndef f():\n    return 1\n", "q.py") == {}
+
+
+def test_extraction_needs_its_template_and_a_file(stand_in):
+    without = {k: v for k, v in NAMES.items() if k != "extract"}
+    with pytest.raises(StressprobeError, match=r"^config key 'cdv\.prompts\.templates\.extract'"):
+        prompt_set(str(stand_in), without, True, KEY)
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'cdv\.prompts\.extract_answers': needs a template"
+    ):
+        prompt_set(None, {}, True, KEY)
+    assert prompt_set(str(stand_in), without, False, KEY).extracts is False
+
+
+class TemplateModel:
+    """Answers by the template each request was filled from: the victim always reasons without a letter,
+    the extraction reply names option B (wrong: the items' answer is A)."""
+
+    def __init__(self):
+        self.requests: list[Request] = []
+
+    def generate(self, requests):
+        self.requests += requests
+        return [self.answer(r) for r in requests]
+
+    def answer(self, request):
+        user = request.messages[0][1]
+        if user.startswith("DISTRACT"):
+            return Response(texts=["A distracting sentence."], prompt_tokens=10, completion_tokens=4)
+        if user.startswith("SEMANTIC"):
+            return Response(texts=["No"], prompt_tokens=10, completion_tokens=1)
+        if user.startswith("EXTRACT"):
+            return Response(texts=["B"], prompt_tokens=7, completion_tokens=1)
+        return Response(
+            texts=["Some reasoning."] * request.n, prompt_tokens=10, completion_tokens=3 * request.n
+        )
+
+
+def kinds(model):
+    return [r.messages[0][1].split(" ", 1)[0].rstrip(":") for r in model.requests]
+
+
+def test_the_search_asks_with_the_templates_and_reads_each_sample_by_a_second_call(stand_in):
+    prompts = prompt_set(str(stand_in), NAMES, True, KEY)
+    settings = SearchSettings(limits="authors_code", max_expansions=1, prompts=prompts)
+    model = TemplateModel()
+    states = run_search([make_item("q1")], {"proxy": model, "semantic": model, "victim": model}, settings)
+    records = search_records(states)
+    asked = kinds(model)
+    # The root's 5 samples each read by an extraction call: B, wrong, so r = 0 and the original fails.
+    assert asked == ["COT"] + ["EXTRACT"] * 5
+    root = records[0]
+    assert root["answers"] == ["B"] * 5 and root["flag"] == "victim_fails_original"
+    summary = summarize_search(records, {"victim": {"prompt_per_1m": 1e6, "completion_per_1m": 0.0}})
+    assert summary["requests"]["extract"] == {"requests": 5, "prompt": 35, "completion": 5}
+    # Extraction is billed at the victim's price: 10 prompt tokens of the answer + 35 of the extractions.
+    assert summary["cost_usd"] == 45
+    assert settings.expansion_calls(4) == 3 * (2 * 3 + 1 + 5)
+
+
+def test_the_evaluation_reads_answers_by_a_second_call_and_records_it(stand_in):
+    prompts = prompt_set(str(stand_in), NAMES, True, KEY)
+    model = TemplateModel()
+    items = [{**make_item("q1"), "node_id": None, "condition": "original"}]
+    [record] = evaluate(model, items, 64, 1, prompts=prompts)
+    assert kinds(model) == ["COT", "EXTRACT"]
+    assert (record["answer"], record["correct"], record["status"]) == ("B", False, "ok")
+    assert record["extract_raw"] == "B" and record["raw"] == "Some reasoning."
+
+
+def test_the_cost_bound_counts_the_extraction_calls():
+    question = {
+        "question": "Which gas do plants take in?",
+        "choices": ["O2", "CO2", "N2", "He"],
+        "answer_index": 1,
+    }
+    search = {"limits": "authors_code", "max_expansions": 2, "samples": 3, "length_ratio_max": 4.0,
+              "victim_max_tokens": 10, "proxy_max_tokens": 20, "semantic_max_tokens": 2, "proxy_tries": 1,
+              "greedy_audit": True}  # fmt: skip
+    local = {"backend": "llamacpp", "gguf": "x.gguf"}
+    cdv = {
+        "search": search,
+        "answer_prefix": "Answer:",
+        "eval": {"max_tokens": 16},
+        "mitigation": {"enabled": False},
+    }
+    roles = {"proxy": "m", "semantic": "m", "victim": "m"}
+    extracting = {**cdv, "prompts": {"extract_answers": True}}
+    plain = cdv_search_bounds("d", [question], roles, cdv, {"m": local})[-1]
+    read = cdv_search_bounds("d", [question], roles, extracting, {"m": local})[-1]
+    nodes = 1 + 2 * (4 - 1)  # the root and every child of the two expansions
+    assert read.calls - plain.calls == nodes * (3 + 1)  # every sample and the greedy answer read once
+    assert read.completion_tokens - plain.completion_tokens == nodes * 4 * EXTRACT_MAX_TOKENS
+    evaluated = cdv_eval_bounds("d", [question], "p/v", ["m"], extracting, {"m": local})[0]
+    assert evaluated.calls == 2 * cdv_eval_bounds("d", [question], "p/v", ["m"], cdv, {"m": local})[0].calls
+
+
+def test_the_projects_proxy_writes_background_or_one_distraction_sentence():
+    choices = ["red", "blue", "green"]
+    background = prompt_set(None, {}, False, KEY).proxy("Q?", choices, 0, 2, "Q?")[1][1]
+    sentence = prompt_set(None, {}, False, KEY, "sentence").proxy("Q?", choices, 0, 2, "Q?")[1][1]
+    assert "Write two or three sentences of background text to put before" in background
+    assert "Write one sentence to put before" in sentence
+    assert background.replace("two or three sentences of background text", "one sentence") == sentence
+    assert "make option C (green) seem attractive" in sentence
+
+
+def test_the_inventory_lists_every_template_with_the_roles_it_fits(stand_in):
+    rows = {row["name"]: row for row in template_inventory(stand_in)}
+    assert set(rows) == {"distraction_prompt", "SEMANTIC", "COT", "FOCUS", "extraction_prompt", "ELABORATE"}
+    assert rows["COT"]["fields"] == ["choices", "question"]
+    assert "answer" in rows["COT"]["roles"] and "extract" in rows["COT"]["roles"]
+    assert rows["extraction_prompt"]["roles"] == ["extract"]
+    assert rows["distraction_prompt"]["roles"] == ["distraction", "prompt_only"]
+
+
+def test_the_workflow_fetches_the_pinned_prompt_file_and_lists_its_templates(tmp_path, stand_in):
+    sha256 = hashlib.sha256(stand_in.read_bytes()).hexdigest()
+    workdir = make_workdir(tmp_path / "work")
+    with FileServer(stand_in.parent) as files:
+        edits = {
+            "sources": {"authors_prompts": {"url": files.url("prompt.py"), "sha256": sha256}},
+            "cdv.prompts.inventory_of": "source:authors_prompts",
+        }
+        config = write_api_config(workdir, None, edits)
+        run_workflow(workdir, config, "results/cdv/prompts/inventory.json")
+    assert (workdir / "results/sources/authors_prompts/prompt.py").read_bytes() == stand_in.read_bytes()
+    inventory = json.loads((workdir / "results/cdv/prompts/inventory.json").read_text())
+    assert [row["name"] for row in inventory["templates"]] == sorted(NAMES.values(), key=str)

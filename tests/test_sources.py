@@ -1,0 +1,120 @@
+"""Pinned sources (config `sources`, stressprobe.fetch): the checks before any job, `source:<name>` file keys,
+and the one download rule fetch_source against a local HTTP server serving stand-ins the tests write."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import yaml
+
+from stressprobe.cdv.questions import prepare_questions
+from stressprobe.errors import StressprobeError
+from stressprobe.fetch import check_sources, pinned_sources, resolve, source_file
+from tests.support.api_workdir import error_lines, run_workflow, write_api_config
+from tests.support.file_server import FileServer
+from tests.support.helpers import ROOT, make_workdir, shared_data
+
+COMMIT = "0a1acbd5790fd545a78788611d7819a69323d1a7"
+URL = f"https://example.org/owner/repo/{COMMIT}/data/MMLU.json"
+SHA = "a" * 64
+
+
+def test_a_source_is_read_from_its_download_or_its_local_copy(tmp_path):
+    pinned = {"mmlu": {"url": URL, "commit": COMMIT, "sha256": SHA, "path": None}}
+    assert resolve("source:mmlu", pinned, "cdv.datasets.MMLU.path") == "results/sources/mmlu/MMLU.json"
+    assert resolve("data/own.json", pinned, "cdv.datasets.MMLU.path") == "data/own.json"
+    local = tmp_path / "MMLU.json"
+    assert source_file("mmlu", {"url": None, "path": str(local), "sha256": SHA}) == str(local)
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'cdv\.datasets\.X\.path': no source 'nope' .*mmlu"
+    ):
+        resolve("source:nope", pinned, "cdv.datasets.X.path")
+
+
+def test_judging_prompt_as_a_url_is_the_source_judging_prompt():
+    pinned = pinned_sources({}, "https://example.org/t/qrel.yaml", SHA)
+    assert pinned == {
+        "judging_prompt": {
+            "url": "https://example.org/t/qrel.yaml",
+            "commit": None,
+            "sha256": SHA,
+            "path": None,
+        }
+    }
+    assert (
+        source_file("judging_prompt", pinned["judging_prompt"]) == "results/sources/judging_prompt/qrel.yaml"
+    )
+    assert pinned_sources({}, "resources/prompts/umbrela.txt", None) == {}
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'judging\.prompt_sha256': required when 'judging\.prompt'"
+    ):
+        check_sources(pinned_sources({}, "https://example.org/t/qrel.yaml", None))
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ({"url": URL, "commit": "b" * 40, "sha256": SHA}, r"'sources\.s\.commit': b+ is not in the URL"),
+        ({"url": URL, "path": "x.json", "sha256": SHA}, r"'sources\.s': give exactly one of 'url'"),
+        ({"url": None, "path": None, "sha256": SHA}, r"'sources\.s': give exactly one of 'url'"),
+    ],
+)
+def test_bad_source_entries_are_one_line_errors(entry, says):
+    with pytest.raises(StressprobeError, match=r"^config key " + says):
+        check_sources({"s": entry})
+
+
+def test_a_local_copy_must_have_the_pinned_checksum(tmp_path):
+    local = tmp_path / "MMLU.json"
+    local.write_text("[]")
+    good = hashlib.sha256(b"[]").hexdigest()
+    check_sources({"s": {"url": None, "path": str(local), "sha256": good}})
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'sources\.s\.sha256': .*MMLU\.json has sha256 " + good
+    ):
+        check_sources({"s": {"url": None, "path": str(local), "sha256": SHA}})
+
+
+@pytest.fixture
+def served(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    data = b'[{"question": "Stand-in?", "choices": ["yes", "no"], "answer": "yes"}]'
+    (root / "Sample.json").write_bytes(data)
+    with FileServer(root) as files:
+        yield files.url("Sample.json"), hashlib.sha256(data).hexdigest(), data
+
+
+def test_fetch_source_downloads_the_pinned_file_and_refuses_another(tmp_path, served):
+    url, sha256, data = served
+    target = "results/sources/sample/Sample.json"
+    for name, checksum in (("good", sha256), ("bad", "f" * 64)):
+        workdir = make_workdir(tmp_path / name)
+        edits = {"sources": {"sample": {"url": url, "sha256": checksum}}, "cdv.enabled": False}
+        run = run_workflow(workdir, write_api_config(workdir, None, edits), target, check=False)
+        if name == "good":
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert (workdir / target).read_bytes() == data
+        else:
+            assert run.returncode != 0 and "Traceback" not in run.stderr
+            [error] = error_lines(run.stderr)
+            assert error.startswith("error: config key 'sources.sample.sha256':") and sha256 in error
+            assert not (workdir / target).exists()
+
+
+def test_the_papers_question_samples_are_the_authors_release():
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
+    sources = config["sources"]
+    for name, dataset in config["cdv"]["datasets"].items():
+        source = sources[dataset["path"].removeprefix("source:")]
+        assert source["url"].endswith(f"/{source['commit']}/data/{name}.json")
+        assert source["commit"] == COMMIT and dataset["n"] is None  # all 300 questions
+        # The released file is byte-identical to the shared copy, whose checksum is computed here.
+        local = shared_data("cdv", f"{name}.json")
+        assert source["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
+        questions = prepare_questions(name, str(local), None, None, "test", None, 42)
+        assert len(questions) == 300
+    prompts = sources["cdv_prompts"]
+    assert prompts["url"].endswith(f"/{COMMIT}/utils/prompt.py")
+    assert prompts["sha256"] == "6dcb1485fd9037e770f57f043dde761b4359db6741c2ce0586604fc152c55ccd"
