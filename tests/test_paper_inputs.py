@@ -15,9 +15,9 @@ from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
 from stressprobe.persona.pins import check_pinned
 from tests.support.api_workdir import DATASET, error_lines, run_workflow, write_api_config, write_judging_data
+from tests.support.file_server import FileServer
 from tests.support.helpers import ROOT, make_workdir, shared_data
 from tests.support.openai_server import OpenAIServer
-from tests.support.file_server import FileServer
 
 # A stand-in of the released summary template's structure (instructions, then the document at {DOC});
 # the words are the test's own.
