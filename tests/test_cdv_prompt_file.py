@@ -28,33 +28,42 @@ from tests.support.cdv_scripted import make_item
 from tests.support.file_server import FileServer
 from tests.support.helpers import make_workdir
 
-# A stand-in of the structure of a prompt module: f-strings returned by functions and module-level
-# constants with format fields. Running it would fail (the import), so it must be read, not run.
+# A stand-in of the structure of the authors' utils/prompt.py (text of its own): functions with defaulted
+# parameters, each returning one f-string with `{{ }}` literal braces, and a module-level constant. Running
+# it would fail (the import), so it must be read, not run.
 STAND_IN = '''
 import module_that_does_not_exist
 
-def distraction_prompt(question, choices, ground_truth, wrong_option):
-    return f"""DISTRACT toward {wrong_option} (not {ground_truth}) for: {question}
-{choices}
-Reply with one sentence; keep {{braces}}."""
+def make_distraction(question=None, wrong_answer=None):
+    return f"""DISTRACT toward {wrong_answer} for: {question}
+Reply as Generated Distraction: <one sentence>; keep {{braces}}."""
 
-SEMANTIC = "SEMANTIC: does the added sentence in {question} change the answer {ground_truth} of {ori_question}?"
+def check_semantic(question=None, ori_question=None, ground_truth=None):
+    return f"""SEMANTIC: is the answer to {ori_question} still the answer to {question}?
+Reply {{"response": "Yes or No"}}"""
+
 COT = "COT: {question}\\n{choices}\\nThink step by step."
-FOCUS = "FOCUS on the core question: {question}\\n{choices}"
 
-def extraction_prompt(question, response):
+def focus(question, choices):
+    return f"FOCUS on the core question: {question}\\n{choices}"
+
+def extract(question=None, answer=None, choices=None):
     text = "unused"
-    return f"EXTRACT the option chosen in: {response}"
+    return f"""EXTRACT from {answer} one of {choices} for {question}: {{"final_answer": "<option>"}}"""
 
-ELABORATE = "ELABORATE: {question}"
+def elaborate(question, choices):
+    return f"ELABORATE: {question} {choices}; reply New question: <question>"
+
+def perturb(question, choices):
+    return f"PERTURB: {question}; reply New question: <question>"
 '''
 NAMES = {
-    "distraction": "distraction_prompt",
-    "semantic": "SEMANTIC",
+    "distraction": "make_distraction",
+    "semantic": "check_semantic",
     "answer": "COT",
-    "answer_focus": "FOCUS",
-    "extract": "extraction_prompt",
-    "elaborated": "ELABORATE",
+    "answer_focus": "focus",
+    "extract": "extract",
+    "elaborated": "elaborate",
 }
 KEY = "cdv.prompts.templates"
 
@@ -73,25 +82,50 @@ def test_a_fetched_stand_in_is_checked_read_without_running_and_every_template_f
         fetch_verified(files.url("prompt.py"), hashlib.sha256(data).hexdigest(), fetched, "sources.p.url")
     prompts = FilePrompts(read_templates(fetched, NAMES, KEY), extracts=True)
     choices = ["red", "blue", "green"]
-    options = "A. red\nB. blue\nC. green"
+    # {choices} is the Python list of the options' texts, as the authors pass it.
+    options = "['red', 'blue', 'green']"
     assert prompts.proxy("Ctx. Q?", choices, 0, 2, "Q?") == (
-        (
-            "user",
-            f"DISTRACT toward green (not red) for: Ctx. Q?\n{options}\nReply with one sentence; keep {{braces}}.",
-        ),
-    )
+        ("user", "DISTRACT toward green for: Ctx. Q?\nReply as Generated Distraction: <one sentence>; keep {braces}."),
+    )  # fmt: skip
     assert prompts.semantic("Q?", "Ctx. Q?", choices, 0) == (
-        ("user", "SEMANTIC: does the added sentence in Ctx. Q? change the answer red of Q??"),
-    )
+        ("user", 'SEMANTIC: is the answer to Q? still the answer to Ctx. Q??\nReply {"response": "Yes or No"}'),
+    )  # fmt: skip
     assert prompts.victim("Q?", choices) == (("user", f"COT: Q?\n{options}\nThink step by step."),)
     assert prompts.victim("Q?", choices, mitigation=True, prefill="Answer:") == (
         ("user", f"FOCUS on the core question: Q?\n{options}"),
         ("assistant", "Answer:"),
     )
-    assert prompts.extract("Q?", choices, "I pick B") == (("user", "EXTRACT the option chosen in: I pick B"),)
-    assert prompts.elaborated("Q?", choices) == (("user", "ELABORATE: Q?"),)
+    assert prompts.extract("Q?", choices, "I pick blue") == (
+        ("user", f'EXTRACT from I pick blue one of {options} for Q?: {{"final_answer": "<option>"}}'),
+    )
+    assert prompts.elaborated("Q?", choices) == (
+        ("user", f"ELABORATE: Q? {options}; reply New question: <question>"),
+    )
     # Prompt-only defaults to the distraction template, applied to the original question.
-    assert prompts.prompt_only("Q?", choices, 0, 1)[0][1].startswith("DISTRACT toward blue (not red) for: Q?")
+    assert prompts.prompt_only("Q?", choices, 0, 1)[0][1].startswith("DISTRACT toward blue for: Q?")
+
+
+def test_the_authors_reply_formats_are_read(stand_in):
+    prompts = FilePrompts(read_templates(stand_in, {**NAMES, "prompt_only": "perturb"}, KEY))
+    choices = ["red", "blue", "green"]
+    # The distraction is the text after the prefix, only; without the prefix the reply is off-format.
+    assert (
+        prompts.context("Sure.\nGenerated Distraction: Blue skies calm people.") == "Blue skies calm people."
+    )
+    assert prompts.context("Blue skies calm people.") is None
+    # {"final_answer": <an option's text>} maps back to that option; anything else is unread (wrong).
+    assert prompts.option('```json\n{"final_answer": "Blue"}\n```', choices) == 1
+    assert prompts.option('{"final_answer": "green"}', choices) == 2
+    assert prompts.option('{"final_answer": "B"}', choices) is None
+    assert prompts.option("blue", choices) is None
+    assert prompts.option('{"final_answer": "purple"}', choices) is None
+    # "New question: ..." replies are the baselines' questions; the distraction goes before the original.
+    assert prompts.rewritten("elaborated", "New question: Which is red?", "Q?") == "Which is red?"
+    assert prompts.rewritten("prompt_only", "New question: Ctx. Q?", "Q?") == "Ctx. Q?"
+    assert prompts.rewritten("prompt_only", "Ctx. Q?", "Q?") is None
+    assert prompts.rewritten("distraction", "Generated Distraction: Ctx.", "Q?") == "Ctx.\n\nQ?"
+    # The authors' semantic check asks whether the answer is unchanged: "Yes" keeps the child.
+    assert prompts.keep_verdict == "yes" and prompt_set(None, {}, False, KEY).keep_verdict == "no"
 
 
 @pytest.mark.parametrize(
@@ -102,8 +136,8 @@ def test_a_fetched_stand_in_is_checked_read_without_running_and_every_template_f
             r"'cdv\.prompts\.templates\.answer': .* no string constant .*'NOPE' \(it has: COT,",
         ),
         (
-            {**NAMES, "answer": "SEMANTIC"},
-            r"'cdv\.prompts\.templates\.answer': template 'SEMANTIC' uses ground_truth, ori_question",
+            {**NAMES, "answer": "check_semantic"},
+            r"'cdv\.prompts\.templates\.answer': template 'check_semantic' uses ori_question, which",
         ),
         (
             {k: v for k, v in NAMES.items() if k != "semantic"},
@@ -138,10 +172,12 @@ def test_extraction_needs_its_template_and_a_file(stand_in):
 
 
 class TemplateModel:
-    """Answers by the template each request was filled from: the victim always reasons without a letter,
-    the extraction reply names option B (wrong: the items' answer is A)."""
+    """Answers by the template each request was filled from, in the authors' reply formats: the victim
+    reasons without a letter, the extraction names option 1's text (wrong: the items' answer is 0), the
+    semantic check says `semantic` ("Yes": the answer is unchanged)."""
 
-    def __init__(self):
+    def __init__(self, semantic="Yes", extracted="choice 1"):
+        self.semantic, self.extracted = semantic, extracted
         self.requests: list[Request] = []
 
     def generate(self, requests):
@@ -151,11 +187,15 @@ class TemplateModel:
     def answer(self, request):
         user = request.messages[0][1]
         if user.startswith("DISTRACT"):
-            return Response(texts=["A distracting sentence."], prompt_tokens=10, completion_tokens=4)
+            text = "Generated Distraction: A distracting sentence."
+            return Response(texts=[text], prompt_tokens=10, completion_tokens=4)
         if user.startswith("SEMANTIC"):
-            return Response(texts=["No"], prompt_tokens=10, completion_tokens=1)
+            return Response(
+                texts=[f'{{"response": "{self.semantic}"}}'], prompt_tokens=10, completion_tokens=1
+            )
         if user.startswith("EXTRACT"):
-            return Response(texts=["B"], prompt_tokens=7, completion_tokens=1)
+            reply = json.dumps({"final_answer": self.extracted})
+            return Response(texts=[reply], prompt_tokens=7, completion_tokens=1)
         return Response(
             texts=["Some reasoning."] * request.n, prompt_tokens=10, completion_tokens=3 * request.n
         )
@@ -183,6 +223,22 @@ def test_the_search_asks_with_the_templates_and_reads_each_sample_by_a_second_ca
     assert settings.expansion_calls(4) == 3 * (2 * 3 + 1 + 5)
 
 
+@pytest.mark.parametrize(("semantic", "kept"), [("Yes", True), ("No", False)])
+def test_the_authors_semantic_yes_keeps_a_child_and_its_distraction_is_the_text_after_the_prefix(
+    stand_in, semantic, kept
+):
+    prompts = prompt_set(str(stand_in), NAMES, True, KEY)
+    settings = SearchSettings(limits="authors_code", max_expansions=1, prompts=prompts)
+    model = TemplateModel(semantic, extracted="choice 0")  # the victim answers right: the root expands
+    states = run_search([make_item("q1")], {"proxy": model, "semantic": model, "victim": model}, settings)
+    children = search_records(states)[1:]
+    assert len(children) == 3
+    for child in children:
+        assert child["semantic_ok"] is kept
+        assert (child["status"] == "discarded_semantic") is not kept
+        assert child["question"] == "A distracting sentence.\n\nWhat is the right choice for q1?"
+
+
 def test_the_evaluation_reads_answers_by_a_second_call_and_records_it(stand_in):
     prompts = prompt_set(str(stand_in), NAMES, True, KEY)
     model = TemplateModel()
@@ -190,7 +246,7 @@ def test_the_evaluation_reads_answers_by_a_second_call_and_records_it(stand_in):
     [record] = evaluate(model, items, 64, 1, prompts=prompts)
     assert kinds(model) == ["COT", "EXTRACT"]
     assert (record["answer"], record["correct"], record["status"]) == ("B", False, "ok")
-    assert record["extract_raw"] == "B" and record["raw"] == "Some reasoning."
+    assert record["extract_raw"] == '{"final_answer": "choice 1"}' and record["raw"] == "Some reasoning."
 
 
 def test_the_cost_bound_counts_the_extraction_calls():
@@ -232,11 +288,12 @@ def test_the_projects_proxy_writes_background_or_one_distraction_sentence():
 
 def test_the_inventory_lists_every_template_with_the_roles_it_fits(stand_in):
     rows = {row["name"]: row for row in template_inventory(stand_in)}
-    assert set(rows) == {"distraction_prompt", "SEMANTIC", "COT", "FOCUS", "extraction_prompt", "ELABORATE"}
+    assert set(rows) == {*NAMES.values(), "perturb"}
     assert rows["COT"]["fields"] == ["choices", "question"]
     assert "answer" in rows["COT"]["roles"] and "extract" in rows["COT"]["roles"]
-    assert rows["extraction_prompt"]["roles"] == ["extract"]
-    assert rows["distraction_prompt"]["roles"] == ["distraction", "prompt_only"]
+    assert rows["extract"]["fields"] == ["answer", "choices", "question"]
+    assert rows["extract"]["roles"] == ["extract"]
+    assert rows["make_distraction"]["roles"] == ["distraction", "prompt_only"]
 
 
 def test_the_workflow_fetches_the_pinned_prompt_file_and_lists_its_templates(tmp_path, stand_in):
@@ -251,4 +308,4 @@ def test_the_workflow_fetches_the_pinned_prompt_file_and_lists_its_templates(tmp
         run_workflow(workdir, config, "results/cdv/prompts/inventory.json")
     assert (workdir / "results/sources/authors_prompts/prompt.py").read_bytes() == stand_in.read_bytes()
     inventory = json.loads((workdir / "results/cdv/prompts/inventory.json").read_text())
-    assert [row["name"] for row in inventory["templates"]] == sorted(NAMES.values(), key=str)
+    assert [row["name"] for row in inventory["templates"]] == sorted([*NAMES.values(), "perturb"], key=str)

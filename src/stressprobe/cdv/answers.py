@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from stressprobe.cdv.prompts import parse_answer, parse_option
+from stressprobe.cdv.prompts import parse_answer
 from stressprobe.llm import Request, Response
 
-# Tokens of an extraction reply (an option letter, perhaps in a short sentence).
-EXTRACT_MAX_TOKENS = 16
+# Tokens of an extraction reply: a short JSON object naming the option's text ({"final_answer": ...}).
+EXTRACT_MAX_TOKENS = 64
 
 
 def read_answers(
@@ -40,5 +40,5 @@ def read_answers(
     for _, choices, texts in asked:
         mine = [next(replies) for _ in texts]
         responses.append(mine)
-        answers.append([None if r.error else parse_option(r.text, len(choices)) for r in mine])
+        answers.append([None if r.error else prompts.option(r.text, choices) for r in mine])
     return answers, responses

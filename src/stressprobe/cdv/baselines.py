@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from stressprobe.cdv.prompt_file import OWN
-from stressprobe.cdv.prompts import clean_context, letter, with_context
+from stressprobe.cdv.prompts import letter
 from stressprobe.llm import Request
 
 KINDS = ("elaborated", "prompt_only")
@@ -60,10 +60,8 @@ def baseline_questions(
     ]
     records = []
     for (q, kind), response in zip(jobs, client.generate(requests), strict=True):
-        text = None if response.error else clean_context(response.text)
-        question = None
-        if text is not None:
-            question = text if kind == "elaborated" else with_context([text], q["question"])
+        asked = "distraction" if kind == "prompt_only" and prompt_only == "search_prompt" else kind
+        question = None if response.error else prompts.rewritten(asked, response.text, q["question"])
         records.append(
             {
                 "qid": q["qid"],

@@ -13,28 +13,37 @@ message.
 from __future__ import annotations
 
 import ast
+import json
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from stressprobe.cdv import prompts
+from stressprobe.cdv.prompts import clean_context, parse_option, with_context
 from stressprobe.errors import StressprobeError
 
 Messages = tuple[tuple[str, str], ...]
 
-# role -> the fields its template may use: question (the question asked, with any added context),
-# ori_question (the original question), choices (the lettered options, one per line), ground_truth (the
-# correct option's text), wrong_option (the option the distraction aims at), response (an answer to read).
+# role -> the fields its template may use, named as the authors' utils/prompt.py names its parameters:
+# question (the question asked, with any added context), ori_question (the original question), choices
+# (the Python list of the options' texts, as the authors pass it), ground_truth (the correct option's
+# text), wrong_answer (the option the distraction aims at), answer (a model's answer to read).
 ROLE_FIELDS = {
-    "distraction": {"question", "ori_question", "choices", "ground_truth", "wrong_option"},
+    "distraction": {"question", "ori_question", "choices", "ground_truth", "wrong_answer"},
     "semantic": {"question", "ori_question", "choices", "ground_truth"},
     "answer": {"question", "choices"},
     "answer_focus": {"question", "choices"},
-    "extract": {"question", "choices", "response"},
+    "extract": {"question", "choices", "answer"},
     "elaborated": {"question", "choices"},
-    "prompt_only": {"question", "ori_question", "choices", "ground_truth", "wrong_option"},
+    "prompt_only": {"question", "ori_question", "choices", "ground_truth", "wrong_answer"},
 }
+# The authors' reply formats: "Generated Distraction: <sentence>", {"response": "Yes"|"No"} (Yes: the
+# answer is unchanged, keep), {"final_answer": <an option's text>}, "New question: <question>".
+_DISTRACTION = re.compile(r"generated distraction\s*:\s*", re.IGNORECASE)
+_NEW_QUESTION = re.compile(r"new question\s*:\s*", re.IGNORECASE)
+_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 # Roles every template file must name; Prompt-only defaults to the distraction template (the paper's
 # baseline applies the perturbation prompt once) and extraction is needed only when answers are extracted.
 REQUIRED = ("distraction", "semantic", "answer", "answer_focus", "elaborated")
@@ -160,6 +169,24 @@ class OwnPrompts:
     def prompt_only(self, question: str, choices: list[str], answer_index: int, target: int) -> Messages:
         return prompts.prompt_only_messages(question, choices)
 
+    # Reading the replies: the verdict of the semantic check that keeps a child ("does the context change
+    # the answer?" -- no), an extraction's option, a baseline's question.
+    keep_verdict = "no"
+
+    def context(self, text: str) -> str | None:
+        return clean_context(text)
+
+    def option(self, text: str, choices: list[str]) -> int | None:
+        return parse_option(text, len(choices))
+
+    def rewritten(self, kind: str, text: str, original: str) -> str | None:
+        """The question a baseline reply makes (kind: elaborated, prompt_only, or distraction when the
+        search's prompt makes it): the elaborated question itself, else the context before the original."""
+        context = clean_context(text)
+        if context is None or kind == "elaborated":
+            return context
+        return with_context([context], original)
+
 
 @dataclass(frozen=True)
 class FilePrompts:
@@ -201,11 +228,41 @@ class FilePrompts:
         return self._user("prompt_only", **_steer(question, choices, answer_index, target, question))
 
     def extract(self, question: str, choices: list[str], response: str) -> Messages:
-        return self._user("extract", question=question, choices=_options(choices), response=response)
+        return self._user("extract", question=question, choices=_options(choices), answer=response)
+
+    # The authors' check asks whether the distraction leaves the answer unchanged: "Yes" keeps the child.
+    keep_verdict = "yes"
+
+    def context(self, text: str) -> str | None:
+        """The text after "Generated Distraction:" (the authors' reply); None without that prefix."""
+        found = _DISTRACTION.search(text or "")
+        return clean_context(text[found.end() :]) if found else None
+
+    def option(self, text: str, choices: list[str]) -> int | None:
+        """The option whose text is the reply's JSON `final_answer` (case and surrounding space aside);
+        None otherwise (the authors count such a reply as wrong)."""
+        found = _JSON_OBJECT.search(text or "")
+        try:
+            value = json.loads(found.group(0)).get("final_answer") if found else None
+        except (json.JSONDecodeError, AttributeError):
+            return None
+        texts = [choice.strip().casefold() for choice in choices]
+        key = str(value).strip().casefold() if value is not None else None
+        return texts.index(key) if key in texts and texts.count(key) == 1 else None
+
+    def rewritten(self, kind: str, text: str, original: str) -> str | None:
+        """A baseline's question: after "New question:" (the authors' Elaborated and Prompt-only replies);
+        a reply of the distraction template (kind `distraction`) is put before the original."""
+        if kind == "distraction":
+            context = self.context(text)
+            return None if context is None else with_context([context], original)
+        found = _NEW_QUESTION.search(text or "")
+        return (text[found.end() :].strip().strip('"').strip() or None) if found else None
 
 
 def _options(choices: list[str]) -> str:
-    return "\n".join(f"{prompts.letter(i)}. {choice}" for i, choice in enumerate(choices))
+    # The authors fill {choices} with the Python list of the options' texts.
+    return str(list(choices))
 
 
 def _steer(
@@ -216,7 +273,7 @@ def _steer(
         "ori_question": original,
         "choices": _options(choices),
         "ground_truth": choices[answer_index],
-        "wrong_option": choices[target],
+        "wrong_answer": choices[target],
     }
 
 

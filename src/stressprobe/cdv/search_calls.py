@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from stressprobe.cdv.answers import read_answers
-from stressprobe.cdv.prompts import clean_context, parse_yes_no
+from stressprobe.cdv.prompts import parse_yes_no
 from stressprobe.cdv.search_tree import Generator, Node, QuestionState, SearchSettings
 from stressprobe.llm import Request, Response
 
@@ -173,7 +173,7 @@ def _try_children(
         child.charge("proxy", response)
         child.proxy_raw = response.text
         child.status, child.error, child.semantic_ok, child.semantic_verdict = "new", None, None, None
-        context = None if response.error else clean_context(response.text)
+        context = None if response.error else settings.prompts.context(response.text)
         if context is None:
             child.status, child.error = "discarded_proxy", response.error or "empty or off-format proxy reply"
             state.set_contexts(child, list(parent.contexts))
@@ -193,7 +193,8 @@ def _try_children(
     for (state, parent, child), response in zip(passed_length, semantic_responses, strict=True):
         child.charge("semantic", response)
         child.semantic_verdict = "error" if response.error else (parse_yes_no(response.text) or "unclear")
-        child.semantic_ok = {"no": True, "yes": False}.get(child.semantic_verdict)
+        keep = settings.prompts.keep_verdict
+        child.semantic_ok = {keep: True, {"yes": "no", "no": "yes"}[keep]: False}.get(child.semantic_verdict)
         if child.semantic_ok is not True:
             # "unclear" and "error" count as failing the check: never a silent pass.
             child.status, child.error = "discarded_semantic", response.error
