@@ -124,8 +124,17 @@ def test_the_authors_reply_formats_are_read(stand_in):
     assert prompts.rewritten("prompt_only", "New question: Ctx. Q?", "Q?") == "Ctx. Q?"
     assert prompts.rewritten("prompt_only", "Ctx. Q?", "Q?") is None
     assert prompts.rewritten("distraction", "Generated Distraction: Ctx.", "Q?") == "Ctx.\n\nQ?"
-    # The authors' semantic check asks whether the answer is unchanged: "Yes" keeps the child.
+    # The authors' semantic check asks whether the answer is unchanged: "Yes" keeps the child. It reasons
+    # step by step first, so the verdict is its last JSON `response`, not a yes/no word in the reasoning.
     assert prompts.keep_verdict == "yes" and prompt_set(None, {}, False, KEY).keep_verdict == "no"
+    reasoned = 'No new fact is added; yes, the answer stays.\n{"response": "Yes"}'
+    assert prompts.verdict(reasoned) == "yes"
+    assert prompts.verdict('It changes the answer.\n```json\n{"response": "No"}\n```') == "no"
+    assert prompts.verdict("Yes") is None and prompts.verdict('{"response": "maybe"}') is None
+    assert (
+        prompt_set(None, {}, False, KEY).verdict("It says yes and no.") is None
+    )  # the project's reader: one word
+    assert prompt_set(None, {}, False, KEY).verdict("No.") == "no"
 
 
 @pytest.mark.parametrize(

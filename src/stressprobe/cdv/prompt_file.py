@@ -44,6 +44,22 @@ ROLE_FIELDS = {
 _DISTRACTION = re.compile(r"generated distraction\s*:\s*", re.IGNORECASE)
 _NEW_QUESTION = re.compile(r"new question\s*:\s*", re.IGNORECASE)
 _JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def last_json_value(text: str, key: str):
+    """`key` of the last JSON object in `text` that has it (a reply may reason before its JSON); None."""
+    decoder = json.JSONDecoder()
+    starts = [i for i, ch in enumerate(text or "") if ch == "{"]
+    for start in reversed(starts):
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and key in value:
+            return value[key]
+    return None
+
+
 # Roles every template file must name; Prompt-only defaults to the distraction template (the paper's
 # baseline applies the perturbation prompt once) and extraction is needed only when answers are extracted.
 REQUIRED = ("distraction", "semantic", "answer", "answer_focus", "elaborated")
@@ -173,6 +189,9 @@ class OwnPrompts:
     # the answer?" -- no), an extraction's option, a baseline's question.
     keep_verdict = "no"
 
+    def verdict(self, text: str) -> str | None:
+        return prompts.parse_yes_no(text)
+
     def context(self, text: str) -> str | None:
         return clean_context(text)
 
@@ -232,6 +251,13 @@ class FilePrompts:
 
     # The authors' check asks whether the distraction leaves the answer unchanged: "Yes" keeps the child.
     keep_verdict = "yes"
+
+    def verdict(self, text: str) -> str | None:
+        """'yes' or 'no' from the reply's JSON `response` (the authors' check reasons step by step first);
+        None without one."""
+        value = last_json_value(text, "response")
+        word = str(value).strip().strip(".").casefold() if value is not None else None
+        return word if word in ("yes", "no") else None
 
     def context(self, text: str) -> str | None:
         """The text after "Generated Distraction:" (the authors' reply); None without that prefix."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from stressprobe.cdv.answers import read_answers
-from stressprobe.cdv.prompts import parse_yes_no
 from stressprobe.cdv.search_tree import Generator, Node, QuestionState, SearchSettings
 from stressprobe.llm import Request, Response
 
@@ -192,7 +191,9 @@ def _try_children(
     )
     for (state, parent, child), response in zip(passed_length, semantic_responses, strict=True):
         child.charge("semantic", response)
-        child.semantic_verdict = "error" if response.error else (parse_yes_no(response.text) or "unclear")
+        child.semantic_verdict = (
+            "error" if response.error else (settings.prompts.verdict(response.text) or "unclear")
+        )
         keep = settings.prompts.keep_verdict
         child.semantic_ok = {keep: True, {"yes": "no", "no": "yes"}[keep]: False}.get(child.semantic_verdict)
         if child.semantic_ok is not True:
