@@ -20,7 +20,7 @@ def main(smk):
         "summary": load_template(smk.input.summary_template, required=SUMMARY_PLACEHOLDERS),
     }
     cache = CacheView(cache_path(smk))
-    rows = []
+    rows, asks = [], []
     try:
         for dataset, summarizer in smk.params.summarizers.items():
             tables = {
@@ -43,24 +43,33 @@ def main(smk):
                 templates,
                 cache,
                 deliveries=smk.params.deliveries,
+                asks=asks,
             )
     finally:
         cache.close()
     for cell in smk.params.cdv_cells:
         dataset, roles = cell["dataset"], cell["roles"]
         questions = nested_sample(read_jsonl(smk.input[f"cdv_{dataset}"]), cell.get("n"), cell.get("seed", 0))
-        rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
+        name = f"{roles['proxy']}/{roles['victim']}"
+        rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models, asks)
         # The value-function ablation searches the cell once more per variant, with the same bound.
         for variant in smk.params.cdv["value_variants"]:
-            rows += [
-                dataclasses.replace(row, cell=f"{row.cell} [{variant}]")
-                for row in cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
-            ]
-        name = f"{roles['proxy']}/{roles['victim']}"
+            variant_rows = cdv_search_bounds(
+                dataset,
+                questions,
+                roles,
+                smk.params.cdv,
+                smk.params.models,
+                asks,
+                job=f"{dataset} search {name} [{variant}]",
+            )
+            rows += [dataclasses.replace(row, cell=f"{row.cell} [{variant}]") for row in variant_rows]
         rows += cdv_eval_bounds(
-            dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models
+            dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models, asks
         )
-    markdown = write_estimate(rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models)
+    markdown = write_estimate(
+        rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
+    )
     log.info("%d cells, %d calls to make", len(rows), sum(r.to_call for r in rows))
     print(markdown)
 

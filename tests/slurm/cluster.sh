@@ -11,6 +11,7 @@
 #   start      make the network, start munged, slurmctld and one slurmd per node (PIDs under $DIR/run)
 #   health     run one batch job on each node and check its host name; prints HEALTHY
 #   kill-node NODE  a node dies: SIGKILL to every process in its namespace (slurmd and its jobs)
+#   start-node NODE start a node's slurmd again (the node returns to service)
 #   stop       stop exactly the daemons `start` started (by PID), every process left in the nodes'
 #              namespaces, remove the namespaces, the bridge and the config links
 #   up         configure + start + health (install first when the packages are missing)
@@ -232,8 +233,9 @@ up() {
 case "${1:-}" in
   install | configure | start | health | stop | up) "$1" ;;
   kill-node) kill_node "${2:-}" ;;
+  start-node) start_node "${2:?usage: cluster.sh start-node NODE}" ;;
   *)
-    echo "usage: $0 install|configure|start|health|stop|up|kill-node NODE" >&2
+    echo "usage: $0 install|configure|start|health|stop|up|kill-node NODE|start-node NODE" >&2
     exit 2
     ;;
 esac

@@ -9,7 +9,9 @@ is durably in its shard (fsync first, so whoever then finds no claim finds the a
 Liveness is a lease, not a lock: a background thread touches the heartbeat every lease/4 seconds, and since
 every claim is a link to that one inode, a claim's mtime is its owner's last beat. A waiter judges a claim
 stale when that mtime has not changed for `lease_s` seconds of the waiter's own monotonic clock (no clock is
-compared across hosts), or at once when the owner is a dead process of this host. It takes a stale claim over by renaming the file to a name of its
+compared across hosts), at once when the owner is a dead process of this host, and at once when the mtime is
+two leases old by the waiter's clock (a rerun long after a node died; clocks of a cluster's hosts agree to
+far better than a lease). It takes a stale claim over by renaming the file to a name of its
 own (of two hosts renaming one file, one succeeds), checking that it moved the stale owner's claim (else it
 links a fresher one back) and creating the claim anew. So a job killed while holding claims delays the
 others by at most the lease, and only its in-flight calls are asked again.
@@ -173,6 +175,8 @@ class Claims:
     def _stale(self, holder: str, host: str, pid: int, mtime: int) -> bool:
         if host == self.host and not pid_alive(pid):
             return True
+        if time.time() - mtime / 1e9 > 2 * self.lease_s:
+            return True  # silent for two leases by the clocks (a rerun long after its owner died)
         now = time.monotonic()
         seen = self._seen.get(holder)
         if seen is None or seen[0] != mtime:
