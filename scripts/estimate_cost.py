@@ -1,10 +1,8 @@
 """The cost estimate: calls, tokens and dollars each cell still needs (cached calls are free)."""
 
-import dataclasses
 from pathlib import Path
 
-from stressprobe.cdv.experiments import nested_sample
-from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
+from stressprobe.cost import CacheView, cdv_estimates, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.prompts import SUMMARY_PLACEHOLDERS, load_judge_template, load_template
@@ -47,26 +45,9 @@ def main(smk):
             )
     finally:
         cache.close()
-    for cell in smk.params.cdv_cells:
-        dataset, roles = cell["dataset"], cell["roles"]
-        questions = nested_sample(read_jsonl(smk.input[f"cdv_{dataset}"]), cell.get("n"), cell.get("seed", 0))
-        name = f"{roles['proxy']}/{roles['victim']}"
-        rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models, asks)
-        # The value-function ablation searches the cell once more per variant, with the same bound.
-        for variant in smk.params.cdv["value_variants"]:
-            variant_rows = cdv_search_bounds(
-                dataset,
-                questions,
-                roles,
-                smk.params.cdv,
-                smk.params.models,
-                asks,
-                job=f"{dataset} search {name} [{variant}]",
-            )
-            rows += [dataclasses.replace(row, cell=f"{row.cell} [{variant}]") for row in variant_rows]
-        rows += cdv_eval_bounds(
-            dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models, asks
-        )
+    datasets = {cell["dataset"] for cell in smk.params.cdv_cells}
+    questions = {dataset: read_jsonl(smk.input[f"cdv_{dataset}"]) for dataset in datasets}
+    rows += cdv_estimates(smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks)
     markdown = write_estimate(
         rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
     )

@@ -137,7 +137,7 @@ def test_claims_busy_for_live_owner_and_taken_over_when_owner_dead_or_expired(tm
     assert mine.claim(key) is Claim.MINE
     assert other.claim(key) is Claim.BUSY  # a live owner (this process, heartbeat running)
     mine.put(key, "m", {}, {"texts": ["x"]})
-    mine._flush()  # the claim goes once the shard is synced (the heartbeat thread does it within a second)
+    mine._flush(wait=True)  # the claim goes HOLD_S after the shard is synced (the heartbeat thread does it)
     # Claims are files in the shared directory, one per in-flight key; none is left once answered.
     assert not (path / "claims" / key).exists()
     assert other.claim(key) is Claim.DONE and other.get(key) == {"texts": ["x"]}

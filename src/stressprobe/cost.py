@@ -13,6 +13,7 @@ stop earlier).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from stressprobe.bill import model_bills, model_bills_csv, model_bills_markdown
+from stressprobe.cdv.experiments import nested_sample
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
@@ -319,6 +321,29 @@ def cdv_eval_bounds(
                 key = cache_key(backend_identity(model, models[model]), requests[-2][0])
                 asks.append(Ask("cdv_eval", model, f"{dataset} eval {cell} {model}", key))
         rows.append(bound_row(dataset, f"eval {cell}", model, models[model], requests))
+    return rows
+
+
+def cdv_estimates(
+    cells: Sequence[Mapping[str, Any]],
+    questions_of: Mapping[str, Sequence[Mapping[str, Any]]],
+    cdv: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+    asks: list[Ask] | None = None,
+) -> list[CellEstimate]:
+    """The bound rows of every CDV cell (`cost_cdv_cells()`): its search, once more per value-function
+    variant, and its evaluations; `questions_of` maps a dataset to its questions (sampled per cell here)."""
+    rows = []
+    for cell in cells:
+        dataset, roles = cell["dataset"], cell["roles"]
+        questions = nested_sample(list(questions_of[dataset]), cell.get("n"), cell.get("seed", 0))
+        name = f"{roles['proxy']}/{roles['victim']}"
+        rows += cdv_search_bounds(dataset, questions, roles, cdv, models, asks)
+        for variant in cdv["value_variants"]:
+            job = f"{dataset} search {name} [{variant}]"
+            variant_rows = cdv_search_bounds(dataset, questions, roles, cdv, models, asks, job=job)
+            rows += [dataclasses.replace(row, cell=f"{row.cell} [{variant}]") for row in variant_rows]
+        rows += cdv_eval_bounds(dataset, questions, name, cell["eval_models"], cdv, models, asks)
     return rows
 
 

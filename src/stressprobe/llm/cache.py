@@ -48,6 +48,9 @@ from stressprobe.llm.types import Request
 
 log = logging.getLogger(__name__)
 
+# How long an answer's claim outlives the answer's sync: a job that made a claim within HOLD_S of its
+# last index refresh knows that no answer of that key was synced before the refresh (see claim_many).
+HOLD_S = 1.0
 HOST_ENV = (
     "STRESSPROBE_HOST"  # overrides the host name in shard names and claims (for tests without namespaces)
 )
@@ -126,7 +129,8 @@ class ResponseCache:
         self.owner = f"{_safe(self.host)}-{self.pid}-{uuid.uuid4().hex[:12]}"
         self._writer: ShardWriter | None = None
         self._write_lock = threading.Lock()  # the writer and its pending claims, shared with the heartbeat
-        self._pending: list[str] = []  # keys stored but not yet synced: their claims are released after sync
+        self._pending: list[str] = []  # keys stored, not yet synced
+        self._synced: list[tuple[float, list[str]]] = []  # (when synced, keys): claims released HOLD_S later
         self.claims: Claims | None = None
         try:
             if self.directory.exists() and not self.directory.is_dir():
@@ -197,9 +201,9 @@ class ResponseCache:
                 states[key] = Claim.MINE if mine else Claim.BUSY
                 if mine:
                     created.append(key)
-        if created:
-            # An owner removes its claim only once the answer is synced, so an answer whose claim was gone
-            # before ours was created is visible now: read what the shards gained, once per batch.
+        if created and time.monotonic() - self.index.last_refresh >= HOLD_S:
+            # An owner removes a claim HOLD_S after its answer is synced: so an answer whose claim was gone
+            # when ours was made is in any refresh since HOLD_S ago; else read what the shards gained.
             self.index.refresh()
             late = set(self.index.read(self.index.find(created)))
             self.release(late)
@@ -211,15 +215,23 @@ class ResponseCache:
         if self.claims is not None:
             self.claims.release([keys] if isinstance(keys, str) else keys)
 
-    def _flush(self) -> None:
-        """Sync this job's shard, then release the claims of the answers it holds (heartbeat thread, close)."""
+    def _flush(self, wait: bool = False) -> None:
+        """Sync this job's shard, and release the claims of answers synced HOLD_S ago (all of them, waiting
+        as long as needed, with `wait`). Run every second by the heartbeat thread, and at close."""
         with self._write_lock:
-            if not self._pending:
-                return
-            if self._writer is not None:
-                self._writer.sync()
-            done, self._pending = self._pending, []
-        self.release(done)
+            if self._pending:
+                if self._writer is not None:
+                    self._writer.sync()
+                self._synced.append((time.monotonic(), self._pending))
+                self._pending = []
+        if wait and self._synced:
+            time.sleep(max(0.0, self._synced[-1][0] + HOLD_S - time.monotonic()))
+        with self._write_lock:
+            now = time.monotonic()
+            due = [keys for synced, keys in self._synced if now - synced >= HOLD_S]
+            self._synced = self._synced[len(due) :]
+        for keys in due:
+            self.release(keys)
 
     # --- reading ---------------------------------------------------------------------------------------
     def _find(self, keys: list[str], refresh: bool, locations: bool = True) -> dict[str, Any]:
@@ -279,7 +291,7 @@ class ResponseCache:
     def close(self) -> None:
         """Sync and close this job's shard, then release its claims (answered or not) and its heartbeat."""
         try:
-            self._flush()
+            self._flush(wait=True)
             with self._write_lock:
                 if self._writer is not None:
                     self._writer.close()
