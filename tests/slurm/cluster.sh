@@ -224,7 +224,7 @@ stop() {
 }
 
 up() {
-  command -v slurmctld >/dev/null || install
+  if ! command -v slurmctld >/dev/null || ! command -v ip >/dev/null; then install; fi
   configure
   start
   health
