@@ -50,7 +50,9 @@ from tests.support.slurm import (
     submitted_jobids,
 )
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+# The fixture runs the workflow three times (two on SLURM, with a node lost in between): ~10 min on an idle
+# 2-core machine, several times that on a loaded one.
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 PROFILES = ["--profile", str(ROOT / "profiles/slurm"), "--profile", str(ROOT / "tests/slurm/profile")]
 API_MODEL = "e2e-api"
