@@ -105,6 +105,9 @@ def test_the_cost_estimate_rule_writes_the_model_bill(tmp_path):
     assert bill["model"] == "api" and int(bill["to_call"]) > 0 and int(bill["cached"]) == 0
     assert float(bill["billed_usd"]) == pytest.approx(float(bill["batch_usd"]))
     assert float(bill["billed_usd"]) == pytest.approx(float(bill["sync_usd"]) / 2, abs=1e-4)
+    overlap = list(csv.DictReader(io.StringIO((workdir / "results/cost/overlap.csv").read_text())))
+    assert {r["rule"] for r in overlap} == {"judge", "cdv_search", "cdv_eval", "total"}, overlap
+    assert "## Requests asked by more than one job" in (workdir / "results/cost/estimate.md").read_text()
 
 
 def test_requests_asked_by_several_jobs_are_counted_per_rule_and_model(tmp_path):
