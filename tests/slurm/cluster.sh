@@ -62,8 +62,10 @@ configure() {
     chown munge:munge "$DIR/munge/munge.key"
     chmod 400 "$DIR/munge/munge.key"
   fi
-  # A new cluster starts a new job completion log (the tests read it by job id).
-  rm -f "$DIR/log/jobcomp.txt"
+  # A new cluster starts with no jobs and a new job completion log (the tests read it by job id): jobs
+  # of an interrupted earlier run would otherwise end in it when the controller restores its state.
+  rm -rf "$DIR/log/jobcomp.txt" "$DIR/state/ctld" "$DIR"/state/d-*
+  mkdir -p "$DIR/state/ctld"
   # The machine's memory shared out between the nodes (they all run on it).
   local mem=$((($(free -m | awk '/^Mem:/{print $2}') - 1024) / NODE_COUNT))
   local node nodes=""
