@@ -102,7 +102,9 @@ def e2e(tmp_path_factory):
     addr = controller_addr()
     with (
         OpenAIServer(require_key=API_KEY, host=addr) as server,
-        OpenAIServer(latency=SLOW_S, host=addr) as slow,
+        # Another model name: requests of the two API models must not share cache keys (an endpoint is
+        # not part of a key), or the slow model's answers would serve the other's cells.
+        OpenAIServer(latency=SLOW_S, host=addr, model_ids=("slow-model",)) as slow,
     ):
         config = yaml.safe_load(TINY_CONFIG.read_text())
         config["models"][API_MODEL] = {
@@ -114,7 +116,7 @@ def e2e(tmp_path_factory):
         }
         config["models"][SLOW_MODEL] = {
             "backend": "openai",
-            "model": "test-model",
+            "model": "slow-model",
             "base_url": slow.base_url,
             "api_key_env": "STRESSPROBE_E2E_NO_KEY",  # a self-hosted server: no key
             "concurrency": 1,
