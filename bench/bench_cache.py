@@ -5,7 +5,9 @@ prompts with ~1 KB passages, 5 top log-probabilities per answer), written in the
 per chunk of `--shard-size` responses (not timed). Then it times, on the same cache:
 
 1. opening the cache (reading every shard's key index);
-2. one judge cell as a job runs it: open + `Client.generate` of its 11,340 requests, 0 model calls;
+2. one judge cell as a job runs it: open + `Client.generate` of its 11,340 requests, 0 model calls; then
+   a cell of 11,340 requests the cache lacks (claims, instant answers, commits) and claims alone, batched
+   and one key at a time (claims are files in the shared directory: llm/claims.py);
 3. the whole-grid dry cost estimate: `cost.CacheView` + `cost.estimate_cell` of every cell (the functions
    `estimate_cost` runs), which must find every call cached (0 to call); the lookup part is printed apart
    from computing the request keys;
@@ -13,18 +15,20 @@ per chunk of `--shard-size` responses (not timed). Then it times, on the same ca
 and, with `--reference` (default), the same lookups in the old layout (one SQLite file, the old
 `get_many` query), printing the ratio.
 
-    .venv/bin/python bench/bench_cache.py [--cells 88] [--shard-size 2000] [--dir DIR] [--no-reference]
+    python -m bench.bench_cache [--cells 88] [--shard-size 2000] [--dir DIR] [--no-reference]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import shutil
 import sqlite3
 import tempfile
 import time
+import uuid
 from contextlib import closing
 from pathlib import Path
 
@@ -32,7 +36,7 @@ from stressprobe.cost import CacheView, estimate_cell
 from stressprobe.llm import Request, Response
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
-from stressprobe.llm.cache import ResponseCache, cache_key, request_record
+from stressprobe.llm.cache import Claim, ResponseCache, cache_key, request_record
 from stressprobe.llm.client import Client
 from stressprobe.llm.shards import DATA_SUFFIX, INDEX_SUFFIX, encode_entry, encode_line, record_body
 
@@ -213,6 +217,45 @@ def main() -> None:
 
         responses = timed(f"judge cell of {len(requests):,} requests: open + generate", judge_cell)
         assert backend.calls == 0 and all(r.cached for r in responses), "a cached cell made model calls"
+
+        # Claims at this scale: requests the cache lacks, claimed (a link in claims/ each, one index refresh
+        # per batch), answered by an instant backend, stored, released; then claims alone. The shards these
+        # steps write are removed afterwards, so that a rerun with --dir finds the same cache.
+        salt = uuid.uuid4().hex
+        fresh = [Request.chat(user=f"fresh {salt} {i}", max_tokens=8) for i in range(len(requests))]
+        owners = []
+
+        def fresh_cell():
+            with Client(model, backend, ResponseCache(cache_dir), price=None) as client:
+                owners.append(client.cache.owner)
+                return client.generate(fresh)
+
+        timed(f"new cell of {len(fresh):,} requests: claim, call (instant), store, release", fresh_cell)
+        assert backend.calls == len(fresh), "every new request is called once"
+        new_keys = [hashlib.sha256(f"claim {salt} {i}".encode()).hexdigest() for i in range(len(fresh))]
+
+        def claim_batch():
+            with closing(ResponseCache(cache_dir)) as cache:
+                owners.append(cache.owner)
+                states = cache.claim_many(new_keys)
+                cache.release(new_keys)
+            return states
+
+        states = timed(f"  claims alone: {len(new_keys):,} new keys in one batch, then released", claim_batch)
+        assert set(states.values()) == {Claim.MINE}
+        one_by_one = new_keys[:200]
+
+        def claim_each():
+            with closing(ResponseCache(cache_dir)) as cache:
+                owners.append(cache.owner)
+                for key in one_by_one:
+                    assert cache.claim(key) is Claim.MINE
+                cache.release(one_by_one)
+
+        timed(f"  claims alone: {len(one_by_one)} keys one at a time (the async path)", claim_each)
+        for owner in owners:
+            for suffix in (DATA_SUFFIX, INDEX_SUFFIX):
+                (cache_dir / f"{owner}{suffix}").unlink(missing_ok=True)
 
         def estimate():
             view = CacheView(cache_dir)

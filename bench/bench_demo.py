@@ -34,7 +34,6 @@ from bench import abba
 from stressprobe.llm.cache import iter_records
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 TARGET_RATIO = 1.3
 TARGET_WALL_S = 300.0

@@ -1,10 +1,8 @@
 """The cost estimate: calls, tokens and dollars each cell still needs (cached calls are free)."""
 
-import dataclasses
 from pathlib import Path
 
-from stressprobe.cdv.experiments import nested_sample
-from stressprobe.cost import CacheView, cdv_eval_bounds, cdv_search_bounds, judging_estimates, write_estimate
+from stressprobe.cost import CacheView, cdv_estimates, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.prompts import load_judge_template, load_summary_template
@@ -20,7 +18,7 @@ def main(smk):
         "summary": load_summary_template(smk.input.summary_template),
     }
     cache = CacheView(cache_path(smk))
-    rows = []
+    rows, asks = [], []
     try:
         for dataset, summarizer in smk.params.summarizers.items():
             tables = {
@@ -43,26 +41,16 @@ def main(smk):
                 templates,
                 cache,
                 deliveries=smk.params.deliveries,
+                asks=asks,
             )
     finally:
         cache.close()
-    for cell in smk.params.cdv_cells:
-        dataset, roles = cell["dataset"], cell["roles"]
-        questions = nested_sample(read_jsonl(smk.input[f"cdv_{dataset}"]), cell.get("n"), cell.get("seed", 0))
-        rows += cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
-        # The value-function ablation searches the cell once more per variant, with the same bound (on the
-        # cost experiment's random questions it is not bounded, as that experiment is not).
-        ablated = smk.params.cdv["value_variant_cells"] == "study"
-        for variant in smk.params.cdv["value_variants"] if ablated else []:
-            rows += [
-                dataclasses.replace(row, cell=f"{row.cell} [{variant}]")
-                for row in cdv_search_bounds(dataset, questions, roles, smk.params.cdv, smk.params.models)
-            ]
-        name = f"{roles['proxy']}/{roles['victim']}"
-        rows += cdv_eval_bounds(
-            dataset, questions, name, cell["eval_models"], smk.params.cdv, smk.params.models
-        )
-    markdown = write_estimate(rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models)
+    datasets = {cell["dataset"] for cell in smk.params.cdv_cells}
+    questions = {dataset: read_jsonl(smk.input[f"cdv_{dataset}"]) for dataset in datasets}
+    rows += cdv_estimates(smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks)
+    markdown = write_estimate(
+        rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
+    )
     log.info("%d cells, %d calls to make", len(rows), sum(r.to_call for r in rows))
     print(markdown)
 

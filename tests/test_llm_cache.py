@@ -10,7 +10,6 @@ import math
 import multiprocessing
 import os
 import signal
-import sqlite3
 import time
 
 import pytest
@@ -125,26 +124,40 @@ def _dead_pid() -> int:
     return child.pid
 
 
+def _claim_file(cache: ResponseCache, key: str, owner: str, host: str, pid: int) -> None:
+    """A claim as another owner left it (a file of its own, so its mtime never changes)."""
+    (cache.directory / "claims").mkdir(exist_ok=True)
+    (cache.directory / "claims" / key).write_text(f"{owner} {host} {pid}\n")
+
+
 def test_claims_busy_for_live_owner_and_taken_over_when_owner_dead_or_expired(tmp_path):
-    path = tmp_path / "c.sqlite"
-    mine, other = ResponseCache(path), ResponseCache(path)
+    path = tmp_path / "c"
+    mine, other = ResponseCache(path, lease_s=0.5), ResponseCache(path, lease_s=0.5)
     key = "a" * 64
     assert mine.claim(key) is Claim.MINE
-    assert other.claim(key) is Claim.BUSY  # same host, live pid (this process)
+    assert other.claim(key) is Claim.BUSY  # a live owner (this process, heartbeat running)
     mine.put(key, "m", {}, {"texts": ["x"]})
+    mine._flush(wait=True)  # the claim goes HOLD_S after the shard is synced (the heartbeat thread does it)
+    # Claims are files in the shared directory, one per in-flight key; none is left once answered.
+    assert not (path / "claims" / key).exists()
     assert other.claim(key) is Claim.DONE and other.get(key) == {"texts": ["x"]}
-    # Claims are host-local (a small SQLite file in the temp directory, never in the shared cache).
-    db = sqlite3.connect(mine.claims_path)
-    insert = "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed) VALUES (?, 'o', ?, ?, ?)"
-    db.execute(insert, ("d" * 64, mine.host, _dead_pid(), time.time()))
-    db.execute(insert, ("e" * 64, "elsewhere", 1, time.time() - 10_000))
-    db.execute(insert, ("f" * 64, "elsewhere", 1, time.time()))
-    db.commit()
-    assert other.claim("d" * 64) is Claim.MINE  # dead owner on this host
-    assert other.claim("e" * 64) is Claim.MINE  # expired
-    assert other.claim("f" * 64) is Claim.BUSY  # live elsewhere
+    _claim_file(mine, "d" * 64, "dead-owner", mine.host, _dead_pid())
+    _claim_file(mine, "e" * 64, "silent-owner", "elsewhere", 1)  # no heartbeat ever changes
+    os.link(mine.claims.heartbeat, path / "claims" / ("f" * 64))  # a live owner's claim: its heartbeat
+    assert other.claim("d" * 64) is Claim.MINE  # dead owner on this host: at once
+    assert other.claim("e" * 64) is Claim.BUSY  # first seen: the lease starts now
+    time.sleep(0.3)
+    assert other.claim("e" * 64) is Claim.BUSY
+    time.sleep(0.4)
+    assert other.claim("e" * 64) is Claim.MINE  # silent for a whole lease: taken over
+    for _ in range(4):
+        assert other.claim("f" * 64) is Claim.BUSY  # its owner's heartbeat keeps changing
+        time.sleep(0.25)
+    assert other.claims.taken_over == 2
+    (path / "claims" / ("f" * 64)).unlink()  # written above by hand: no owner releases it
     mine.close()
     other.close()
+    assert not list((path / "claims").iterdir()), "claims and heartbeats outlived their owners"
 
 
 def _key(i: int) -> str:
@@ -174,33 +187,8 @@ def test_two_processes_writing_concurrently(tmp_path):
     assert all(rows[_key(i)]["response"]["texts"] == [f"t{i}"] for i in range(500))
     cache = ResponseCache(path)
     assert cache.count() == 500
-    undone = sqlite3.connect(cache.claims_path).execute("SELECT COUNT(*) FROM claims WHERE done = 0")
-    assert undone.fetchone() == (0,)
     cache.close()
-
-
-def _open_at_once(path: str, barrier, failures) -> None:
-    barrier.wait()
-    try:
-        ResponseCache(path).close()
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which asserts there are none
-        failures.put(str(exc))
-
-
-def test_jobs_opening_a_new_cache_at_the_same_moment_all_get_it(tmp_path):
-    # Two jobs of a fresh run often start together. Without retrying the switch to WAL, SQLite refused
-    # one opener at once ("database is locked") in about one round in ten here.
-    failures = FORK.Queue()
-    for round_ in range(100):
-        path = str(tmp_path / f"c{round_}.sqlite")
-        barrier = FORK.Barrier(4)
-        openers = [FORK.Process(target=_open_at_once, args=(path, barrier, failures)) for _ in range(4)]
-        for opener in openers:
-            opener.start()
-        for opener in openers:
-            opener.join(60)
-        assert [o.exitcode for o in openers] == [0] * 4
-    assert failures.empty(), failures.get()
+    assert not list((tmp_path / "c" / "claims").iterdir()), "claims outlived the writers"
 
 
 def _write_forever(path: str) -> None:

@@ -13,6 +13,7 @@ stop earlier).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,14 +21,17 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from stressprobe.bill import model_bills, model_bills_csv, model_bills_markdown
 from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
+from stressprobe.cdv.experiments import nested_sample
 from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
 from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
 from stressprobe.llm import Request, answer_prefill
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.cache import ResponseCache, cache_exists, cache_key
-from stressprobe.llm.usage import BATCH_PRICE_FACTOR, cost_usd, effective_price
+from stressprobe.llm.usage import cost_usd, effective_price
+from stressprobe.overlap import Ask, overlap_csv, overlap_markdown, overlap_rows
 from stressprobe.persona.judging import (
     JudgeSettings,
     condition_personas,
@@ -104,10 +108,14 @@ def estimate_cell(
     entry: Mapping[str, Any],
     requests: Sequence[Request],
     cache: CacheView,
+    asks: list[Ask] | None = None,
 ) -> CellEstimate:
-    """Count a cell's distinct requests, drop the cached ones, and price the rest."""
+    """Count a cell's distinct requests, drop the cached ones, and price the rest (its asks go to `asks`)."""
     identity = backend_identity(model, entry)
     unique = dict(zip((cache_key(identity, r) for r in requests), requests, strict=True))
+    if asks is not None:
+        rule = "summarize" if cell == "summarize" else "judge"
+        asks += [Ask(rule, model, f"{dataset} {cell} {model}", key) for key in unique]
     done = cache.cached(list(unique))
     todo = [r for key, r in unique.items() if key not in done]
     prompt = sum(prompt_tokens(r) for r in todo)
@@ -165,6 +173,7 @@ def judging_estimates(
     templates: Mapping[str, str | None],
     cache: CacheView,
     deliveries: Mapping[str, str] | None = None,
+    asks: list[Ask] | None = None,
 ) -> list[CellEstimate]:
     """The summarize cell (when the dataset is summarized) and every judge cell of one dataset.
 
@@ -174,7 +183,9 @@ def judging_estimates(
     if summarizer is not None:
         requests = summary_requests(pairs, topics, templates["summary"], judging["summary_max_tokens"])
         rows.append(
-            estimate_cell("judging", dataset, "summarize", summarizer, models[summarizer], requests, cache)
+            estimate_cell(
+                "judging", dataset, "summarize", summarizer, models[summarizer], requests, cache, asks
+            )
         )
     texts = judged_texts(pairs, summaries, summarizer is not None, judging["summary_max_tokens"])
     for condition in judging["conditions"]:
@@ -191,7 +202,9 @@ def judging_estimates(
                 delivery=persona_delivery(source, role, deliveries or {}),
             )
             requests = settings.cell_requests(texts, topics, personas)
-            rows.append(estimate_cell("judging", dataset, condition, model, models[model], requests, cache))
+            rows.append(
+                estimate_cell("judging", dataset, condition, model, models[model], requests, cache, asks)
+            )
     return rows
 
 
@@ -231,8 +244,11 @@ def cdv_search_bounds(
     roles: Mapping[str, str],
     cdv: Mapping[str, Any],
     models: Mapping[str, Mapping[str, Any]],
+    asks: list[Ask] | None = None,
+    job: str = "",
 ) -> list[CellEstimate]:
-    """Upper bounds of one search cell's calls per role (proxy, semantic check, victim).
+    """Upper bounds of one search cell's calls per role (proxy, semantic check, victim); the victim's
+    calls on the original questions go to `asks` as job `job` (the cell, or one of its variants).
 
     Per question with k choices: the root's sampled victim call, then per expansion (at most
     `expansion_bound`) k - 1 children, each up to `proxy_tries` proxy calls and semantic checks and a sampled
@@ -267,7 +283,7 @@ def cdv_search_bounds(
                 children * tries,
             )
         )
-        for question, times in ((item["question"], 1), (longest, children)):
+        for kind, (question, times) in enumerate(((item["question"], 1), (longest, children))):
             messages = victim_messages(question, choices, prefill=victim_prefill)
             sampled = Request(messages=messages, max_tokens=search["victim_max_tokens"], n=search["samples"])
             greedy = Request(messages=messages, max_tokens=search["victim_max_tokens"])
@@ -275,6 +291,12 @@ def cdv_search_bounds(
             per_role["victim"] += extraction_bound(
                 messages, search["victim_max_tokens"], cdv, times * (search["samples"] + greedy_calls)
             )
+            if asks is not None and kind == 0:  # the original: fixed before any answer
+                identity = backend_identity(roles["victim"], models[roles["victim"]])
+                asks += [
+                    Ask("cdv_search", roles["victim"], job or f"{dataset} {cell}", cache_key(identity, r))
+                    for r in [sampled, greedy][: 1 + greedy_calls]
+                ]
     return [
         bound_row(dataset, f"{cell} ({role})", roles[role], models[roles[role]], requests)
         for role, requests in per_role.items()
@@ -288,14 +310,16 @@ def cdv_eval_bounds(
     eval_models: Sequence[str],
     cdv: Mapping[str, Any],
     models: Mapping[str, Mapping[str, Any]],
+    asks: list[Ask] | None = None,
 ) -> list[CellEstimate]:
-    """Upper bounds of re-asking every original and every possible success to each evaluated model.
+    """Upper bounds of re-asking every original and every possible success to each evaluated model (the
+    asks of the originals go to `asks`).
 
     Successes per question are at most `max_candidates` (else every child the search may create); with
     mitigation on, each question is asked a second time with the focus instruction.
     """
     search = cdv["search"]
-    asks = 2 if cdv["mitigation"]["enabled"] else 1
+    times = 2 if cdv["mitigation"]["enabled"] else 1
     rows = []
     for model in eval_models:
         prefill = answer_prefill(models[model], cdv["answer_prefix"])
@@ -305,11 +329,41 @@ def cdv_eval_bounds(
             authors_cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
             successes = min(authors_cap or children, children)
             longest = longest_question(item, search["length_ratio_max"])
-            for question, times in ((item["question"], asks), (longest, asks * successes)):
+            for kind, (question, n) in enumerate(((item["question"], times), (longest, times * successes))):
                 messages = victim_messages(question, item["choices"], prefill=prefill)
-                requests.append((Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"]), times))
-                requests += extraction_bound(messages, cdv["eval"]["max_tokens"], cdv, times)
+                request = Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"])
+                requests.append((request, n))
+                requests += extraction_bound(messages, cdv["eval"]["max_tokens"], cdv, n)
+                if asks is not None and kind == 0:  # the original: fixed before any answer
+                    key = cache_key(backend_identity(model, models[model]), request)
+                    asks.append(Ask("cdv_eval", model, f"{dataset} eval {cell} {model}", key))
         rows.append(bound_row(dataset, f"eval {cell}", model, models[model], requests))
+    return rows
+
+
+def cdv_estimates(
+    cells: Sequence[Mapping[str, Any]],
+    questions_of: Mapping[str, Sequence[Mapping[str, Any]]],
+    cdv: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+    asks: list[Ask] | None = None,
+) -> list[CellEstimate]:
+    """The bound rows of every CDV cell (`cost_cdv_cells()`): its search, once more per value-function
+    variant, and its evaluations; `questions_of` maps a dataset to its questions (sampled per cell here)."""
+    rows = []
+    for cell in cells:
+        dataset, roles = cell["dataset"], cell["roles"]
+        questions = nested_sample(list(questions_of[dataset]), cell.get("n"), cell.get("seed", 0))
+        name = f"{roles['proxy']}/{roles['victim']}"
+        rows += cdv_search_bounds(dataset, questions, roles, cdv, models, asks)
+        # The value-function ablation searches the cell once more per variant, with the same bound (on the
+        # cost experiment's random questions it is not bounded, as that experiment is not).
+        ablated = cdv["value_variant_cells"] == "study"
+        for variant in cdv["value_variants"] if ablated else []:
+            job = f"{dataset} search {name} [{variant}]"
+            variant_rows = cdv_search_bounds(dataset, questions, roles, cdv, models, asks, job=job)
+            rows += [dataclasses.replace(row, cell=f"{row.cell} [{variant}]") for row in variant_rows]
+        rows += cdv_eval_bounds(dataset, questions, name, cell["eval_models"], cdv, models, asks)
     return rows
 
 
@@ -327,99 +381,6 @@ def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
         completion_tokens=sum(r.completion_tokens for r in rows),
         cost_usd=round(sum(r.cost_usd for r in rows), 4),
     )
-
-
-@dataclass(frozen=True)
-class ModelBill:
-    """One model's part of the bill: calls cached vs to pay, synchronous vs batch price, GPU hours."""
-
-    model: str
-    backend: str
-    calls: int
-    cached: int
-    to_call: int
-    prompt_tokens: int
-    completion_tokens: int
-    sync_usd: float
-    batch_usd: float | None  # None: no batch API for this backend
-    billed_usd: float  # what the config will pay (batch price for `batch: true`)
-    gpu_hours: float | None  # vLLM models with a configured throughput; None otherwise
-
-
-def gpu_hours(entry: Mapping[str, Any], calls: int, tokens: int) -> float | None:
-    """GPU hours of a vLLM model's calls from its `throughput` (requests/s or tokens/s of one instance),
-    times the GPUs an instance holds; None for other backends or without a throughput."""
-    throughput = entry.get("throughput") or {}
-    if entry.get("backend") != "vllm":
-        return None
-    if throughput.get("requests_per_s"):
-        seconds = calls / float(throughput["requests_per_s"])
-    elif throughput.get("tokens_per_s"):
-        seconds = tokens / float(throughput["tokens_per_s"])
-    else:
-        return None
-    return seconds / 3600 * int(entry.get("gpus", 1))
-
-
-def model_bills(rows: Sequence[CellEstimate], models: Mapping[str, Mapping[str, Any]]) -> list[ModelBill]:
-    """The rows summed per model, priced synchronously and at the batch rate (API models)."""
-    bills = []
-    for name in sorted({r.model for r in rows}):
-        mine = [r for r in rows if r.model == name]
-        entry = models[name]
-        prompt = sum(r.prompt_tokens for r in mine)
-        completion = sum(r.completion_tokens for r in mine)
-        to_call = sum(r.to_call for r in mine)
-        sync = cost_usd(prompt, completion, entry.get("price"))
-        batch = None
-        if entry.get("backend") == "openai":
-            batch = sync * float(entry.get("batch_price_factor", BATCH_PRICE_FACTOR))
-        hours = gpu_hours(entry, to_call, prompt + completion)
-        bills.append(
-            ModelBill(
-                model=name,
-                backend=str(entry.get("backend")),
-                calls=sum(r.calls for r in mine),
-                cached=sum(r.cached for r in mine),
-                to_call=to_call,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                sync_usd=round(sync, 4),
-                batch_usd=None if batch is None else round(batch, 4),
-                billed_usd=round(price_usd(entry, prompt, completion), 4),
-                gpu_hours=None if hours is None else round(hours, 3),
-            )
-        )
-    return bills
-
-
-def model_bills_csv(bills: Sequence[ModelBill]) -> str:
-    """The per-model bill as CSV (empty cells where a backend has no batch price or GPU hours)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(ModelBill)], lineterminator="\n")
-    writer.writeheader()
-    for bill in bills:
-        writer.writerow({k: "" if v is None else v for k, v in asdict(bill).items()})
-    return out.getvalue()
-
-
-def model_bills_markdown(bills: Sequence[ModelBill]) -> str:
-    names = [f.name for f in fields(ModelBill)]
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    for bill in bills:
-        values = asdict(bill)
-        for key in ("sync_usd", "batch_usd", "billed_usd"):
-            values[key] = "-" if values[key] is None else f"{values[key]:.2f}"
-        values["gpu_hours"] = "-" if bill.gpu_hours is None else f"{bill.gpu_hours:.2f}"
-        lines.append("| " + " | ".join(str(values[n]) for n in names) + " |")
-    notes = (
-        "\nPer model: `sync_usd` at the list price, `batch_usd` at the Batch API's rate "
-        "(`batch_price_factor`, OpenAI-compatible APIs only), `billed_usd` what this config pays (the batch "
-        "rate for `batch: true` models). `gpu_hours`: the calls to make at the model's configured "
-        "`throughput` (requests/s, else tokens/s of prompt and completion), times its `gpus`; '-' when none "
-        "is configured. CDV rows are upper bounds, so these sums are too where a model has CDV work.\n"
-    )
-    return "\n".join(lines) + "\n" + notes
 
 
 def estimate_csv(rows: Sequence[CellEstimate]) -> str:
@@ -457,15 +418,22 @@ def write_estimate(
     md_path: str | Path,
     models: Mapping[str, Mapping[str, Any]] | None = None,
     models_csv_path: str | Path | None = None,
+    asks: Sequence[Ask] | None = None,
+    overlap_csv_path: str | Path | None = None,
 ) -> str:
-    """Write the estimate as CSV and Markdown (with the per-model bill when `models` is given, also as CSV);
-    return the Markdown (the job prints it)."""
+    """Write the estimate as CSV and Markdown (with the per-model bill when `models` is given, and the
+    requests asked by several jobs when `asks` are, each also as CSV); return the Markdown (for the log)."""
     markdown = estimate_markdown(rows)
     if models is not None:
         bills = model_bills(rows, models)
         markdown += "\n## Per model\n\n" + model_bills_markdown(bills)
         if models_csv_path is not None:
             atomic_write(models_csv_path, model_bills_csv(bills))
+    if asks is not None:
+        overlap = overlap_rows(asks)
+        markdown += "\n## Requests asked by more than one job\n\n" + overlap_markdown(overlap)
+        if overlap_csv_path is not None:
+            atomic_write(overlap_csv_path, overlap_csv(overlap))
     atomic_write(csv_path, estimate_csv(rows))
     atomic_write(md_path, markdown)
     return markdown

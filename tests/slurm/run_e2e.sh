@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The SLURM end-to-end test, by hand or from CI: install SLURM if needed, start a single-node cluster on
-# 127.0.0.1 (partitions cpu and gpu), run tests/test_slurm.py against it, and stop every daemon that this
-# script started (by PID), whatever the outcome. Exit status: the test's.
+# The SLURM end-to-end test, by hand or from CI: install SLURM if needed, start a cluster of two compute
+# nodes, each in its own network namespace (partitions cpu and gpu; tests/slurm/cluster.sh), run
+# tests/test_slurm.py against it (one node is killed in the middle of it), and stop every daemon this script
+# started (by PID) and remove the namespaces, whatever the outcome. Exit status: the test's.
 #   bash tests/slurm/run_e2e.sh            (as root; PYTHON defaults to the project's .venv)
 set -euo pipefail
 

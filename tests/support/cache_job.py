@@ -46,6 +46,7 @@ def main() -> None:
             "pid": os.getpid(),
             "calls_made": client.usage.calls_made,
             "cache_hits": client.usage.cache_hits,
+            "taken_over": client.cache.claims.taken_over,
             "texts": [r.text for r in responses],
         }
     with open(out, "w") as fh:

@@ -314,6 +314,7 @@ class OpenAIServer:
         process: bool = False,
         max_choices: int | None = None,
         port: int = 0,
+        host: str = "127.0.0.1",
     ) -> None:
         self._state = _State(
             latency,
@@ -328,11 +329,12 @@ class OpenAIServer:
         self._state.max_choices = max_choices
         self._process_mode = process
         self._port = port
+        self._host = host  # another address of this machine, for clients in other network namespaces
         self._server: ThreadingHTTPServer | None = None
         self._worker: threading.Thread | multiprocessing.Process | None = None
 
     def __enter__(self) -> OpenAIServer:
-        server = _Server(("127.0.0.1", self._port), make_handler(self._state))
+        server = _Server((self._host, self._port), make_handler(self._state))
         self._server = server
         if self._process_mode:
             self._worker = multiprocessing.get_context("fork").Process(target=_serve_forever, args=(server,))
@@ -362,12 +364,12 @@ class OpenAIServer:
     @property
     def base_url(self) -> str:
         """The URL to give as `base_url` (ends in /v1)."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self._host}:{self.port}/v1"
 
     def _stats(self) -> dict[str, Any]:
         if not self._process_mode:
             return self._state.stats()
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_stats", timeout=5) as reply:
+        with urllib.request.urlopen(f"http://{self._host}:{self.port}/_stats", timeout=5) as reply:
             return json.loads(reply.read())
 
     @property

@@ -1,6 +1,7 @@
 # The bill before spending it: `snakemake -f cost_estimate` counts the calls and tokens every cell of the
 # config still needs (calls already in the response cache are free) and prices them per model: list and
-# batch price, what the config pays, and GPU hours of vLLM models from their configured throughput.
+# batch price, what the config pays, and GPU hours of vLLM models from their configured throughput; and the
+# requests that more than one job would ask (results/cost/overlap.csv), per rule and model.
 # It prepares the data and persona tables it needs (local, no model calls) but never runs a model.
 
 
@@ -14,6 +15,7 @@ rule cost_estimate:
         csv="results/cost/estimate.csv",
         md="results/cost/estimate.md",
         models="results/cost/models.csv",
+        overlap="results/cost/overlap.csv",
     log:
         "results/logs/cost/estimate.log",
     localrule: True

@@ -5,11 +5,9 @@ shard files it alone created (see `shards.py`), reads everyone's shards read-onl
 lock or shared memory for correctness. A killed job loses only the calls that were in flight: each response
 is committed by its own `write()` as soon as it exists, and a torn last record is ignored.
 
-Claims (two jobs asking the same question at once pay for it once) live in a small SQLite file on the
-host's local temporary directory, shared by the jobs of one host only: they save money, never decide what
-is stored. Across hosts a key can be paid for at most once per host whose jobs ask for it before the first
-answer is visible there (README, "The response cache on a cluster"); `tests/test_cache_multihost.py`
-measures it.
+Claims (two jobs asking the same question at once pay for it once, on one host or on many) are files in
+the shared directory, created exclusively and held under an expiring lease (see `claims.py`):
+`tests/test_cache_multihost.py` checks that jobs on three hosts pay each distinct call once.
 
 `cache.path` names the directory. An old single-file cache `X.sqlite` is read once into a shard of the
 directory `X` (a path ending in `.sqlite` means that directory), so no paid answer is lost.
@@ -24,13 +22,14 @@ import logging
 import os
 import socket
 import sqlite3
-import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 from stressprobe.errors import StressprobeError
+from stressprobe.llm.claims import Claims, lease_seconds
 from stressprobe.llm.shards import (
     DATA_SUFFIX,
     INDEX_SUFFIX,
@@ -49,17 +48,12 @@ from stressprobe.llm.types import Request
 
 log = logging.getLogger(__name__)
 
+# How long an answer's claim outlives the answer's sync: a job that made a claim within HOLD_S of its
+# last index refresh knows that no answer of that key was synced before the refresh (see claim_many).
+HOLD_S = 1.0
 HOST_ENV = (
     "STRESSPROBE_HOST"  # overrides the host name in shard names and claims (for tests without namespaces)
 )
-CLAIMS_DIR_ENV = "STRESSPROBE_CLAIMS_DIR"  # where the host-local claims live (default: the temp directory)
-
-_CLAIMS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS claims (
-    key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, claimed REAL NOT NULL,
-    done INTEGER NOT NULL DEFAULT 0
-)
-"""
 
 
 class Claim(enum.Enum):
@@ -87,35 +81,6 @@ def request_record(identity: dict[str, Any], request: Request) -> dict[str, Any]
 def cache_key(identity: dict[str, Any], request: Request) -> str:
     """sha256 of the canonical request record (never contains an endpoint or a key)."""
     return hashlib.sha256(canonical_json(request_record(identity, request)).encode("utf-8")).hexdigest()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _enable_wal(db: sqlite3.Connection, wait_s: float = 120.0) -> None:
-    """Switch the file to WAL mode (a no-op once it is).
-
-    When two jobs open a new cache file at the same moment, SQLite refuses one switch at once instead of
-    waiting (it would deadlock on the exclusive lock both want), so "locked" is retried here with backoff.
-    """
-    deadline = time.monotonic() + wait_s
-    delay = 0.005
-    while True:
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
 
 
 def host_name() -> str:
@@ -150,13 +115,12 @@ class ResponseCache:
     def __init__(
         self,
         path: str | os.PathLike,
-        claim_ttl_s: float = 1800.0,
+        lease_s: float | None = None,
         read_only: bool = False,
         refresh_interval_s: float = 0.25,
     ) -> None:
         self.path = Path(path)
         self.directory, self.legacy = cache_locations(path)
-        self.claim_ttl_s = claim_ttl_s
         self.read_only = read_only
         self.refresh_interval_s = refresh_interval_s
         self.host = host_name()
@@ -164,8 +128,10 @@ class ResponseCache:
         # The owner names this writer's shard: host, pid and a random id, so it is unique across hosts.
         self.owner = f"{_safe(self.host)}-{self.pid}-{uuid.uuid4().hex[:12]}"
         self._writer: ShardWriter | None = None
-        self._claims: sqlite3.Connection | None = None
-        self.claims_path: Path | None = None
+        self._write_lock = threading.Lock()  # the writer and its pending claims, shared with the heartbeat
+        self._pending: list[str] = []  # keys stored, not yet synced
+        self._synced: list[tuple[float, list[str]]] = []  # (when synced, keys): claims released HOLD_S later
+        self.claims: Claims | None = None
         try:
             if self.directory.exists() and not self.directory.is_dir():
                 raise OSError(f"{self.directory} is a file, the cache is now a directory of shards")
@@ -181,7 +147,8 @@ class ResponseCache:
                 "check the path, free space and permissions"
             ) from None
         if not read_only:
-            self._open_claims()
+            lease = lease_seconds() if lease_s is None else lease_s
+            self.claims = Claims(self.directory, self.owner, self.host, lease, on_tick=self._flush)
 
     # --- old single-file caches ------------------------------------------------------------------------
     def _migrate(self) -> None:
@@ -217,81 +184,54 @@ class ResponseCache:
             count,
         )
 
-    # --- claims (this host only) -----------------------------------------------------------------------
-    def _open_claims(self) -> None:
-        """The claims file of this cache on this host; without one (no local temp dir) claims are skipped."""
-        base = Path(os.environ.get(CLAIMS_DIR_ENV) or tempfile.gettempdir()) / "stressprobe-claims"
-        # The directory's inode too: a cache deleted and made again does not inherit the old claims.
-        where = f"{self.directory.resolve()}:{self.directory.stat().st_ino}"
-        ident = hashlib.sha256(where.encode()).hexdigest()[:16]
-        self.claims_path = base / f"{ident}-{_safe(self.host)}.sqlite"
-        try:
-            base.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(
-                self.claims_path, timeout=120.0, isolation_level=None, check_same_thread=False
-            )
-            db.execute("PRAGMA busy_timeout=120000")
-            _enable_wal(db)
-            db.execute("PRAGMA synchronous=OFF")  # claims are hints: losing them on a power cut costs nothing
-            db.execute(_CLAIMS_SCHEMA)
-            self._claims = db
-        except (sqlite3.Error, OSError) as exc:
-            log.warning("response cache: no host-local claims (%s); concurrent jobs may pay twice", exc)
-            self._claims = None
-
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._claims)
-
-    def _is_stale(self, host: str, pid: int, claimed: float) -> bool:
-        if time.time() - claimed > self.claim_ttl_s:
-            return True
-        return host == self.host and not _pid_alive(pid)
-
+    # --- claims (every host, files in the shared directory; see claims.py) -----------------------------
     def claim(self, key: str) -> Claim:
-        """Try to become the one process (on this host) that computes `key`; stale claims are taken over."""
-        if self._readable(key, refresh=True):
-            return Claim.DONE
-        if self._claims is None:
-            return Claim.MINE
-        with self._transaction():
-            row = self._claims.execute(
-                "SELECT owner, host, pid, claimed, done FROM claims WHERE key = ?", (key,)
-            ).fetchone()
-            if row is not None and row[4]:
-                done_by = row[0]
-            else:
-                done_by = None
-                if row is not None and row[0] != self.owner and not self._is_stale(*row[1:4]):
-                    return Claim.BUSY
-                if row is not None and row[0] != self.owner:
-                    log.warning("taking over a stale claim on %s from %s", key[:12], row[0])
-                self._claims.execute(
-                    "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed, done) "
-                    "VALUES (?, ?, ?, ?, ?, 0)",
-                    (key, self.owner, self.host, self.pid, time.time()),
-                )
-                return Claim.MINE
-        # Another job of this host stored it: its shard is on this host, so a read of that shard finds it.
-        self.index.refresh(only=done_by)
-        if self._readable(key, refresh=False):
-            return Claim.DONE
-        self.index.refresh()
-        if self._readable(key, refresh=False):
-            return Claim.DONE
-        with self._transaction():  # the claims file outlived the answer (e.g. the cache was deleted)
-            self._claims.execute(
-                "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed, done) VALUES (?, ?, ?, ?, ?, 0)",
-                (key, self.owner, self.host, self.pid, time.time()),
-            )
-        return Claim.MINE
+        """Try to become the one process (on any host) that computes `key`."""
+        return self.claim_many([key])[key]
 
-    def release(self, key: str) -> None:
-        """Give up a claim (the call failed), so another process may try."""
-        if self._claims is not None:
-            with self._transaction():
-                self._claims.execute(
-                    "DELETE FROM claims WHERE key = ? AND owner = ? AND done = 0", (key, self.owner)
-                )
+    def claim_many(self, keys: list[str]) -> dict[str, Claim]:
+        """Claim every key not yet stored: MINE (call the model, then `put` or `release`), DONE or BUSY."""
+        keys = list(dict.fromkeys(keys))
+        stored = set(self.index.read(self._find(keys, refresh=True)))
+        states = dict.fromkeys(stored, Claim.DONE)
+        created = []
+        for key in keys:
+            if key not in stored:
+                mine = self.claims is None or self.claims.try_claim(key)
+                states[key] = Claim.MINE if mine else Claim.BUSY
+                if mine:
+                    created.append(key)
+        if created and time.monotonic() - self.index.last_refresh >= HOLD_S:
+            # An owner removes a claim HOLD_S after its answer is synced: so an answer whose claim was gone
+            # when ours was made is in any refresh since HOLD_S ago; else read what the shards gained.
+            self.index.refresh()
+            late = set(self.index.read(self.index.find(created)))
+            self.release(late)
+            states.update(dict.fromkeys(late, Claim.DONE))
+        return states
+
+    def release(self, keys: list[str] | set[str] | str) -> None:
+        """Give up claims (the call failed, or the answer was found), so another process may try."""
+        if self.claims is not None:
+            self.claims.release([keys] if isinstance(keys, str) else keys)
+
+    def _flush(self, wait: bool = False) -> None:
+        """Sync this job's shard, and release the claims of answers synced HOLD_S ago (all of them, waiting
+        as long as needed, with `wait`). Run every second by the heartbeat thread, and at close."""
+        with self._write_lock:
+            if self._pending:
+                if self._writer is not None:
+                    self._writer.sync()
+                self._synced.append((time.monotonic(), self._pending))
+                self._pending = []
+        if wait and self._synced:
+            time.sleep(max(0.0, self._synced[-1][0] + HOLD_S - time.monotonic()))
+        with self._write_lock:
+            now = time.monotonic()
+            due = [keys for synced, keys in self._synced if now - synced >= HOLD_S]
+            self._synced = self._synced[len(due) :]
+        for keys in due:
+            self.release(keys)
 
     # --- reading ---------------------------------------------------------------------------------------
     def _find(self, keys: list[str], refresh: bool, locations: bool = True) -> dict[str, Any]:
@@ -332,39 +272,34 @@ class ResponseCache:
 
     # --- writing ---------------------------------------------------------------------------------------
     def put(self, key: str, model: str, record: dict[str, Any], payload: dict[str, Any]) -> None:
-        """Commit a completed response to this job's shard, then mark its claim done."""
+        """Commit a completed response to this job's shard; its claim goes once the shard is synced."""
         if self.read_only:
             raise RuntimeError("a read-only response cache cannot store responses")
         try:
-            if self._writer is None:
-                self._writer = ShardWriter(self.directory, self.owner)
-            offset, length = self._writer.append(key, record_body(key, model, record, payload, time.time()))
+            with self._write_lock:
+                if self._writer is None:
+                    self._writer = ShardWriter(self.directory, self.owner)
+                body = record_body(key, model, record, payload, time.time())
+                offset, length = self._writer.append(key, body)
+                self._pending.append(key)
         except OSError as exc:
             raise StressprobeError(
                 f"cache.path {self.path}: cannot store a response ({exc}); check free space and permissions"
             ) from None
         self.index.add(key, self.owner, offset, length)
-        if self._claims is not None:
-            with self._transaction():
-                self._claims.execute(
-                    "INSERT OR REPLACE INTO claims (key, owner, host, pid, claimed, done) VALUES (?, ?, ?, ?, ?, 1)",
-                    (key, self.owner, self.host, self.pid, time.time()),
-                )
 
     def close(self) -> None:
-        """Sync and close this job's shard, release its remaining claims."""
+        """Sync and close this job's shard, then release its claims (answered or not) and its heartbeat."""
         try:
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+            self._flush(wait=True)
+            with self._write_lock:
+                if self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
         finally:
-            if self._claims is not None:
-                try:
-                    with self._transaction():
-                        self._claims.execute("DELETE FROM claims WHERE owner = ? AND done = 0", (self.owner,))
-                finally:
-                    self._claims.close()
-                    self._claims = None
+            if self.claims is not None:
+                self.claims.close()
+                self.claims = None
 
 
 def _safe(name: str) -> str:
@@ -391,19 +326,6 @@ def iter_records(path: str | os.PathLike) -> list[dict[str, Any]]:
                 if decoded[0] not in records:
                     records[decoded[0]] = parse_record(decoded[1])
     return list(records.values())
-
-
-class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT: takes the write lock up front so read-then-write cannot race."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
 
 
 def compact(path: str | os.PathLike) -> tuple[int, int]:

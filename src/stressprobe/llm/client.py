@@ -2,7 +2,7 @@
 
 A request is sent to a model at most once across jobs and reruns: answers come from the cache when they
 exist; otherwise the client claims the key, calls the model and commits the answer immediately. A key
-claimed by another live process is waited for instead of being paid for twice.
+claimed by another live process, on this host or another, is waited for instead of being paid for twice.
 """
 
 from __future__ import annotations
@@ -119,36 +119,20 @@ class Client:
     def _run_sync(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
         """Claim and compute in the backend's order, `batch_size` at a time; then wait for others' claims."""
         order = self.backend.order([r for _, r in todo])
-        busy: list[int] = []
-        batch: list[int] = []
-        for i in order:
-            state = self.cache.claim(todo[i][0])
-            if state is Claim.MINE:
-                batch.append(i)
-            elif state is Claim.DONE:
-                answers[todo[i][0]] = Response.from_payload(self.cache.get(todo[i][0]))
-            else:
-                busy.append(i)
-            if len(batch) >= self.backend.batch_size:
-                self._compute_sync([todo[j] for j in batch], answers)
-                batch = []
-        if batch:
-            self._compute_sync([todo[j] for j in batch], answers)
+        size = max(1, self.backend.batch_size)
+        busy: list[tuple[str, Request]] = []
+        for start in range(0, len(order), size):
+            mine, held = self._claim_all([todo[i] for i in order[start : start + size]], answers)
+            busy += held
+            if mine:
+                self._compute_sync(mine, answers)
         delay = POLL_START_S
         while busy:
             time.sleep(delay)
             delay = min(POLL_MAX_S, delay * 2)
-            still_busy = []
-            for i in busy:
-                key = todo[i][0]
-                state = self.cache.claim(key)
-                if state is Claim.MINE:
-                    self._compute_sync([todo[i]], answers)
-                elif state is Claim.DONE:
-                    answers[key] = Response.from_payload(self.cache.get(key))
-                else:
-                    still_busy.append(i)
-            busy = still_busy
+            freed, busy = self._claim_all(busy, answers)
+            for item in freed:
+                self._compute_sync([item], answers)
 
     def _compute_sync(self, items: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
         try:
@@ -166,8 +150,9 @@ class Client:
     ) -> tuple[list[tuple[str, Request]], list[tuple[str, Request]]]:
         """Claim every key: answers already stored go into `answers`; returns (claimed, held by others)."""
         mine, busy = [], []
+        states = self.cache.claim_many([key for key, _ in todo])
         for key, request in todo:
-            state = self.cache.claim(key)
+            state = states[key]
             if state is Claim.MINE:
                 mine.append((key, request))
             elif state is Claim.DONE:

@@ -200,8 +200,8 @@ class ShardIndex:
                 for i in range(len(keys)):
                     self._recent[raw[32 * i : 32 * i + 32]] = tuple(int(v) for v in loc[i])
         if only is None:
-            self.last_refresh = time.monotonic()
-            self.refresh_cost = self.last_refresh - start
+            self.last_refresh = start  # what was synced before this moment is now known
+            self.refresh_cost = time.monotonic() - start
 
     def _discover(self) -> None:
         try:
