@@ -27,6 +27,7 @@ from tests.support.api_workdir import run_workflow, write_api_config
 from tests.support.cdv_scripted import make_item
 from tests.support.file_server import FileServer
 from tests.support.helpers import make_workdir
+from tests.test_cost import BOUNDED_SEARCH, PLANTS
 
 # A stand-in of the structure of the authors' utils/prompt.py (text of its own): functions with defaulted
 # parameters, each returning one f-string with `{{ }}` literal braces, and a module-level constant. Running
@@ -259,14 +260,8 @@ def test_the_evaluation_reads_answers_by_a_second_call_and_records_it(stand_in):
 
 
 def test_the_cost_bound_counts_the_extraction_calls():
-    question = {
-        "question": "Which gas do plants take in?",
-        "choices": ["O2", "CO2", "N2", "He"],
-        "answer_index": 1,
-    }
-    search = {"limits": "authors_code", "max_expansions": 2, "samples": 3, "length_ratio_max": 4.0,
-              "victim_max_tokens": 10, "proxy_max_tokens": 20, "semantic_max_tokens": 2, "proxy_tries": 1,
-              "greedy_audit": True}  # fmt: skip
+    question = PLANTS
+    search = BOUNDED_SEARCH
     local = {"backend": "llamacpp", "gguf": "x.gguf"}
     cdv = {
         "search": search,

@@ -181,15 +181,16 @@ def test_tables_end_with_the_total():
     assert markdown.count("\n| judging |") == 3 and "| total |" in markdown
 
 
+# One question and the authors' limits at toy size, for the CDV call bounds.
+PLANTS = {"question": "Which gas do plants take in?", "choices": ["O2", "CO2", "N2", "He"], "answer_index": 1}
+BOUNDED_SEARCH = {"limits": "authors_code", "max_expansions": 2, "samples": 3, "length_ratio_max": 4.0,
+                  "victim_max_tokens": 10, "proxy_max_tokens": 20, "semantic_max_tokens": 2, "proxy_tries": 1,
+                  "greedy_audit": True}  # fmt: skip
+
+
 def test_cdv_search_bound_counts_every_allowed_expansion():
-    question = {
-        "question": "Which gas do plants take in?",
-        "choices": ["O2", "CO2", "N2", "He"],
-        "answer_index": 1,
-    }
-    search = {"limits": "authors_code", "max_expansions": 2, "samples": 3, "length_ratio_max": 4.0,
-              "victim_max_tokens": 10, "proxy_max_tokens": 20, "semantic_max_tokens": 2, "proxy_tries": 1,
-              "greedy_audit": True}  # fmt: skip
+    question = PLANTS
+    search = BOUNDED_SEARCH
     roles = {"proxy": "api", "semantic": "api", "victim": "local"}
     api = {"backend": "openai", "model": "x", "price": {"prompt_per_1m": 1, "completion_per_1m": 1}}
     models = {"api": api, "local": SMOLLM}
@@ -211,11 +212,7 @@ def test_cdv_search_bound_counts_every_allowed_expansion():
 
 
 def test_cdv_search_bound_of_the_paper_loop_follows_the_call_cap():
-    question = {
-        "question": "Which gas do plants take in?",
-        "choices": ["O2", "CO2", "N2", "He"],
-        "answer_index": 1,
-    }
+    question = PLANTS
     search = {"limits": "paper", "max_calls_per_question": 100, "proxy_tries": 3, "greedy_audit": False,
               "samples": 3, "length_ratio_max": 4.0, "victim_max_tokens": 10, "proxy_max_tokens": 20,
               "semantic_max_tokens": 2}  # fmt: skip
