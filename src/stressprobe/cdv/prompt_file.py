@@ -43,7 +43,6 @@ ROLE_FIELDS = {
 # answer is unchanged, keep), {"final_answer": <an option's text>}, "New question: <question>".
 _DISTRACTION = re.compile(r"generated distraction\s*:\s*", re.IGNORECASE)
 _NEW_QUESTION = re.compile(r"new question\s*:\s*", re.IGNORECASE)
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def last_json_value(text: str, key: str):
@@ -267,11 +266,7 @@ class FilePrompts:
     def option(self, text: str, choices: list[str]) -> int | None:
         """The option whose text is the reply's JSON `final_answer` (case and surrounding space aside);
         None otherwise (the authors count such a reply as wrong)."""
-        found = _JSON_OBJECT.search(text or "")
-        try:
-            value = json.loads(found.group(0)).get("final_answer") if found else None
-        except (json.JSONDecodeError, AttributeError):
-            return None
+        value = last_json_value(text, "final_answer")
         texts = [choice.strip().casefold() for choice in choices]
         key = str(value).strip().casefold() if value is not None else None
         return texts.index(key) if key in texts and texts.count(key) == 1 else None

@@ -143,6 +143,19 @@ def cdv_eval_files(kind="eval"):
     ]
 
 
+def cdv_eval_temperature(model):
+    """The evaluation temperature of one model: `cdv.eval.temperature` unless its API needs its own."""
+    evaluation = config["cdv"]["eval"]
+    return evaluation["model_temperature"].get(model, evaluation["temperature"])
+
+
+def cdv_eval_max_tokens(model):
+    """The answer's token limit of one model: `cdv.eval.max_tokens` unless its API counts hidden reasoning
+    tokens in it (o1-mini), then `cdv.eval.model_max_tokens`."""
+    evaluation = config["cdv"]["eval"]
+    return evaluation["model_max_tokens"].get(model, evaluation["max_tokens"])
+
+
 def cdv_dataset_pattern():
     """A regex of exactly the configured dataset names (so `MMLU.selected` or `n100/MMLU` are not one)."""
     return "|".join(re.escape(d) for d in cdv_datasets()) or "(?!)"

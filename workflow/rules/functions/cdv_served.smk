@@ -48,19 +48,6 @@ def cdv_eval_group_inputs(wildcards):
     return inputs
 
 
-def cdv_eval_temperature(model):
-    """The evaluation temperature of one model: `cdv.eval.temperature` unless its API needs its own."""
-    evaluation = config["cdv"]["eval"]
-    return evaluation["model_temperature"].get(model, evaluation["temperature"])
-
-
-def cdv_eval_max_tokens(model):
-    """The answer's token limit of one model: `cdv.eval.max_tokens` unless its API counts hidden reasoning
-    tokens in it (o1-mini), then `cdv.eval.model_max_tokens`."""
-    evaluation = config["cdv"]["eval"]
-    return evaluation["model_max_tokens"].get(model, evaluation["max_tokens"])
-
-
 def cdv_served_cells():
     """(proxy, victim) of the search cells that the served dataset job (cdv_vllm_served) runs, those whose
     vLLM roles are all grouped evaluators (none when `cdv.eval.vllm_served` is off)."""
