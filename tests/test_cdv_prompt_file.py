@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -125,6 +126,13 @@ def test_the_authors_reply_formats_are_read(stand_in):
     assert prompts.rewritten("prompt_only", "New question: Ctx. Q?", "Q?") == "Ctx. Q?"
     assert prompts.rewritten("prompt_only", "Ctx. Q?", "Q?") is None
     assert prompts.rewritten("distraction", "Generated Distraction: Ctx.", "Q?") == "Ctx.\n\nQ?"
+    # The Prompt-only baseline places its distraction as the search does.
+    placed = FilePrompts(prompts.templates, position="after")
+    assert placed.rewritten("distraction", "Generated Distraction: Ctx.", "Q?") == "Q?\n\nCtx."
+    drawn = replace(placed, position="random")
+    for seed in range(8):
+        expected = drawn.perturbed(["Ctx."], "Q?", seed)[0]
+        assert drawn.rewritten("distraction", "Generated Distraction: Ctx.", "Q?", seed) == expected
     # The authors' semantic check asks whether the answer is unchanged: "Yes" keeps the child. It reasons
     # step by step first, so the verdict is its last JSON `response`, not a yes/no word in the reasoning.
     assert prompts.keep_verdict == "yes" and prompt_set(None, {}, False, KEY).keep_verdict == "no"
@@ -168,6 +176,13 @@ def test_only_plain_name_fields_are_accepted(tmp_path):
     ):
         templates_in(path.read_text(), str(path))
     assert templates_in("Y = 3\ndef f():\n    return 1\n", "q.py") == {}
+
+
+def test_a_bad_distraction_position_is_a_one_line_error():
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'cdv\.prompts\.distraction_position': must be one of before, after"
+    ):
+        prompt_set(None, {}, False, KEY, position="front")
 
 
 def test_extraction_needs_its_template_and_a_file(stand_in):

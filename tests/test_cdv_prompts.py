@@ -4,6 +4,7 @@ import pytest
 
 from stressprobe.cdv.prompts import (
     clean_context,
+    distraction_side,
     format_question,
     parse_answer,
     parse_yes_no,
@@ -82,3 +83,23 @@ def test_prompts_keep_question_and_choices():
 def test_with_context_keeps_original_verbatim_at_the_end():
     assert with_context(["one.", "two."], "Q?") == "one.\n\ntwo.\n\nQ?"
     assert with_context([], "Q?") == "Q?"
+
+
+def test_contexts_placed_after_follow_the_question_in_the_order_they_were_added():
+    sides = ["before", "after", "before", "after"]
+    assert with_context(["b1.", "a1.", "b2.", "a2."], "Q?", sides) == "b1.\n\nb2.\n\nQ?\n\na1.\n\na2."
+
+
+def test_random_sides_are_drawn_from_the_seed_and_the_distraction_and_stay_put():
+    texts = [f"Distraction number {i}." for i in range(64)]
+    drawn = [distraction_side("random", 42, "Q?", t) for t in texts]
+    # Both sides, in roughly the authors' even proportion (random.sample of two).
+    assert set(drawn) == {"before", "after"} and 16 <= drawn.count("after") <= 48
+    assert drawn == [distraction_side("random", 42, "Q?", t) for t in texts]  # a rerun draws the same
+    assert drawn != [distraction_side("random", 7, "Q?", t) for t in texts]  # the seed matters
+    assert drawn != [distraction_side("random", 42, "Other?", t) for t in texts]  # and the question
+    assert {distraction_side(side, 42, "Q?", t) for side in ("before", "after") for t in texts} == {
+        "before",
+        "after",
+    }
+    assert all(distraction_side("after", 42, "Q?", t) == "after" for t in texts)

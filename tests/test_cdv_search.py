@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from stressprobe.cdv.prompt_file import OwnPrompts
 from stressprobe.cdv.search import (
     SearchSettings,
     is_monotone,
@@ -413,6 +414,43 @@ def test_summary_counts_every_request_sent():
     expected_cost = sum(10 * 1.0 / 1e6 + 3 * r.n * 2.0 / 1e6 for r in victim)
     assert math.isclose(summary["cost_usd"], expected_cost)
     assert summary["successful_perturbations"] == sum(1 for r in records if r["status"] == "success")
+
+
+def _placed_search(position, seed=42):
+    # Distinct texts per parent, so that each distraction gets its own draw; three levels deep.
+    model = ScriptedModel(correct=lambda contexts, question: 4, proxy_text=lambda t, parent: f"[ctx {t}] {len(parent)}.")
+    settings = replace(SETTINGS, max_expansions=4, seed=seed, prompts=OwnPrompts(position=position))
+    records, _ = search(model, [make_item("q1")], settings)
+    return records, model
+
+
+@pytest.mark.parametrize("position", ["before", "after", "random"])
+def test_a_nodes_distractions_accumulate_on_their_sides_around_the_verbatim_question(position):
+    records, model = _placed_search(position)
+    nodes, original = by_id(records), records[0]["question"]
+    children = [r for r in records if r["depth"] and r["added_context"]]
+    assert max(r["depth"] for r in children) >= 2
+    for child in children:
+        parent, added = nodes[child["parent_id"]]["question"], child["added_context"]
+        assert child["question"].count(original) == 1
+        # The parent's question is kept whole; the new distraction sits next to the original question on its
+        # side (before: after the older ones put before it; after: at the end).
+        if child["added_side"] == "before":
+            assert child["question"] == parent.replace(original, f"{added}\n\n{original}")
+        else:
+            assert child["question"] == f"{parent}\n\n{added}"
+    sides = {r["added_side"] for r in children}
+    assert sides == ({"before", "after"} if position == "random" else {position})
+    # The victim was asked exactly the recorded questions.
+    asked = {r.messages[-1][1].split("\n\nA. ")[0] for r in model.requests_of("victim")}
+    assert asked == {r["question"] for r in records if r["success_rate"] is not None}
+
+
+def test_random_sides_are_the_same_on_a_rerun_and_follow_the_seed():
+    first, again = _placed_search("random")[0], _placed_search("random")[0]
+    assert [r["question"] for r in first] == [r["question"] for r in again]
+    other = _placed_search("random", seed=7)[0]
+    assert [r["added_side"] for r in first] != [r["added_side"] for r in other]
 
 
 def test_the_schema_defaults_are_the_papers_search():

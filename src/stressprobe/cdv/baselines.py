@@ -45,8 +45,8 @@ def baseline_questions(
 ) -> list[dict[str, Any]]:
     """One rewrite of each kind per question (one batch); an empty or off-format reply is recorded, not used.
 
-    Elaborated replaces the question text with the rewrite; Prompt-only puts the added context before the
-    original question, as the search does.
+    Elaborated replaces the question text with the rewrite; Prompt-only places the added context as the
+    search does (cdv.prompts.distraction_position).
     """
     jobs = [(q, kind) for q in questions for kind in KINDS]
     requests = [
@@ -61,7 +61,7 @@ def baseline_questions(
     records = []
     for (q, kind), response in zip(jobs, client.generate(requests), strict=True):
         asked = "distraction" if kind == "prompt_only" and prompt_only == "search_prompt" else kind
-        question = None if response.error else prompts.rewritten(asked, response.text, q["question"])
+        question = None if response.error else prompts.rewritten(asked, response.text, q["question"], seed)
         records.append(
             {
                 "qid": q["qid"],

@@ -39,7 +39,12 @@ class SearchFiles:
 def job_prompts(spec: Mapping[str, Any]) -> Any:
     """The prompt set of a job from its `prompts` param (cdv.prompts, its template file resolved)."""
     return prompt_set(
-        spec["file"], spec["templates"], spec["extract_answers"], "cdv.prompts.templates", spec["distraction"]
+        spec["file"],
+        spec["templates"],
+        spec["extract_answers"],
+        "cdv.prompts.templates",
+        spec["distraction"],
+        spec["distraction_position"],
     )
 
 

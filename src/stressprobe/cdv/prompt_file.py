@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stressprobe.cdv import prompts
-from stressprobe.cdv.prompts import clean_context, parse_option, with_context
+from stressprobe.cdv.prompts import POSITIONS, clean_context, distraction_side, parse_option, with_context
 from stressprobe.errors import StressprobeError
 
 Messages = tuple[tuple[str, str], ...]
@@ -157,12 +157,24 @@ def read_templates(path: str | Path, names: Mapping[str, str | None], config_key
     return templates
 
 
+class _Placement:
+    """Where a prompt set's distractions go (`position`: config cdv.prompts.distraction_position)."""
+
+    position: str
+
+    def perturbed(self, contexts: list[str], original: str, seed: int) -> tuple[str, list[str]]:
+        """The question `contexts` make of `original`, and the side of each (prompts.distraction_side)."""
+        sides = [distraction_side(self.position, seed, original, context) for context in contexts]
+        return with_context(contexts, original, sides), sides
+
+
 @dataclass(frozen=True)
-class OwnPrompts:
+class OwnPrompts(_Placement):
     """The project's own prompts (stressprobe.cdv.prompts): system and user message, no extraction call;
     `distraction`: how much the proxy writes (prompts.DISTRACTION_LENGTHS)."""
 
     distraction: str = "background"
+    position: str = "before"
     extracts = False
 
     def victim(
@@ -197,22 +209,24 @@ class OwnPrompts:
     def option(self, text: str, choices: list[str]) -> int | None:
         return parse_option(text, len(choices))
 
-    def rewritten(self, kind: str, text: str, original: str) -> str | None:
+    def rewritten(self, kind: str, text: str, original: str, seed: int = 0) -> str | None:
         """The question a baseline reply makes (kind: elaborated, prompt_only, or distraction when the
-        search's prompt makes it): the elaborated question itself, else the context before the original."""
+        search's prompt makes it): the elaborated question itself, else the context placed as the search
+        places it."""
         context = clean_context(text)
         if context is None or kind == "elaborated":
             return context
-        return with_context([context], original)
+        return self.perturbed([context], original, seed)[0]
 
 
 @dataclass(frozen=True)
-class FilePrompts:
+class FilePrompts(_Placement):
     """Templates read by read_templates; `extracts`: every answer is read by a second call (template
     `extract`) instead of from its 'Answer: X' line."""
 
     templates: Mapping[str, str]
     extracts: bool = False
+    position: str = "before"
 
     def _user(self, role: str, prefill: str | None = None, **values: str) -> Messages:
         fields = {k: v for k, v in values.items() if k in template_fields(self.templates[role])}
@@ -271,12 +285,12 @@ class FilePrompts:
         key = str(value).strip().casefold() if value is not None else None
         return texts.index(key) if key in texts and texts.count(key) == 1 else None
 
-    def rewritten(self, kind: str, text: str, original: str) -> str | None:
+    def rewritten(self, kind: str, text: str, original: str, seed: int = 0) -> str | None:
         """A baseline's question: after "New question:" (the authors' Elaborated and Prompt-only replies);
-        a reply of the distraction template (kind `distraction`) is put before the original."""
+        a reply of the distraction template (kind `distraction`) is placed as the search places it."""
         if kind == "distraction":
             context = self.context(text)
-            return None if context is None else with_context([context], original)
+            return None if context is None else self.perturbed([context], original, seed)[0]
         found = _NEW_QUESTION.search(text or "")
         return (text[found.end() :].strip().strip('"').strip() or None) if found else None
 
@@ -307,16 +321,21 @@ def prompt_set(
     extracts: bool,
     config_key: str,
     distraction: str = "background",
+    position: str = "before",
 ):
     """The prompts a job asks with: the project's own when `path` is None (the proxy writing `distraction`),
-    else the file's templates."""
+    else the file's templates; either puts its distractions at `position`."""
+    prompts_key = config_key.rsplit(".", 1)[0]
+    if position not in POSITIONS:
+        raise StressprobeError(
+            f"config key '{prompts_key}.distraction_position': must be one of {', '.join(POSITIONS)} "
+            f"(got {position!r})"
+        )
     if path is None:
         if extracts:
-            raise StressprobeError(
-                f"config key '{config_key.rsplit('.', 1)[0]}.extract_answers': needs a template file (`file`)"
-            )
-        return OwnPrompts(distraction)
+            raise StressprobeError(f"config key '{prompts_key}.extract_answers': needs a template file (`file`)")
+        return OwnPrompts(distraction, position)
     templates = read_templates(path, names, config_key)
     if extracts and "extract" not in templates:
         raise StressprobeError(f"config key '{config_key}.extract': name the template that reads an answer")
-    return FilePrompts(templates, extracts)
+    return FilePrompts(templates, extracts, position)

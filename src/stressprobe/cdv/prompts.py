@@ -3,6 +3,7 @@ published template file can replace them, see stressprobe.cdv.prompt_file)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import string
 
@@ -169,6 +170,26 @@ def prompt_only_messages(question: str, choices: list[str]) -> tuple[tuple[str, 
     return (("system", PROXY_SYSTEM), ("user", user))
 
 
-def with_context(contexts: list[str], original: str) -> str:
-    """A perturbed question: the added contexts in order, then the original question verbatim."""
-    return "\n\n".join([*contexts, original])
+# Where a distraction goes (config cdv.prompts.distraction_position): before or after the question, or one of
+# the two drawn per distraction (the authors' generate_question draws with random.sample).
+POSITIONS = ("before", "after", "random")
+
+
+def distraction_side(position: str, seed: int, original: str, context: str) -> str:
+    """`before` or `after` for one distraction of `original`. `random` draws from the seed, the question and
+    the distraction's text (a hash, not a random state: a rerun, a resumed job and the response cache see the
+    same question for the same distraction, whatever else was drawn before)."""
+    if position != "random":
+        return position
+    digest = hashlib.sha256(f"{seed}\0{original}\0{context}".encode()).digest()
+    return "after" if digest[0] & 1 else "before"
+
+
+def with_context(contexts: list[str], original: str, sides: list[str] | None = None) -> str:
+    """A perturbed question: the contexts placed before it in the order they were added, the original question
+    verbatim, then those placed after it in the order they were added (`sides`: one per context; default
+    all before)."""
+    sides = sides or ["before"] * len(contexts)
+    before = [c for c, side in zip(contexts, sides, strict=True) if side == "before"]
+    after = [c for c, side in zip(contexts, sides, strict=True) if side == "after"]
+    return "\n\n".join([*before, original, *after])

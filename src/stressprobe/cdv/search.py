@@ -1,9 +1,10 @@
 """The CDV tree search: find added context that makes a victim fail a question it can answer.
 
 Per question the search grows a tree whose root is the original question. Expanding a node P asks the proxy
-for one child per incorrect option (error-guided): background text nudging toward that option, put before
-P's question (the original question stays verbatim at the end, the choices never change). A child is kept
-only if len(Q')/len(Q) <= lambda (characters of the question text, Q = the original) and the semantic check
+for one child per incorrect option (error-guided): background text nudging toward that option, added to
+P's question before or after it (`cdv.prompts.distraction_position`; the original question stays verbatim
+between the distractions placed before it and those placed after it; the choices never change). A child is
+kept only if len(Q')/len(Q) <= lambda (characters of the question text, Q = the original) and the semantic check
 answers "no" to "does the added text change the correct answer?"; an empty or off-format proxy reply, a
 semantic reply that is neither yes nor no, and any failed call discard the child with a status saying so.
 
@@ -173,7 +174,7 @@ def start_questions(
     A root keeps status `root` (also once expanded), except a depth-0 success and an `unparsed` or `error`
     root (neither is searched).
     """
-    states = [QuestionState(item=item) for item in items]
+    states = [QuestionState(item=item, prompts=settings.prompts, seed=settings.seed) for item in items]
     for state in states:
         root = state.new_node(None, [], None)
         if perturbability is not None and perturbability[state.item["qid"]] < settings.classifier_threshold:

@@ -21,6 +21,7 @@ def node_record(node: Node, item: dict[str, Any]) -> dict[str, Any]:
         "depth": node.depth,
         "question": node.question,
         "added_context": node.contexts[-1] if node.contexts and node.depth else None,
+        "added_side": node.sides[-1] if node.sides and node.depth else None,
         "target_option": None if node.target_index is None else letter(node.target_index),
         "correct_option": letter(item["answer_index"]),
         "semantic_ok": node.semantic_ok,

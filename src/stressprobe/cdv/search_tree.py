@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stressprobe.cdv.prompt_file import OWN
-from stressprobe.cdv.prompts import with_context
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response
 
@@ -97,6 +96,7 @@ class Node:
     depth: int
     contexts: list[str]
     question: str
+    sides: list[str] = field(default_factory=list)  # where each context went: before or after the question
     target_index: int | None = None
     status: str = "new"
     flag: str | None = None
@@ -133,6 +133,8 @@ class QuestionState:
     """The search of one question: its tree, queue and candidate list."""
 
     item: dict[str, Any]
+    prompts: Any = OWN  # places the distractions (its `perturbed`)
+    seed: int = 42
     nodes: list[Node] = field(default_factory=list)
     queue: list[tuple[float, int, Node]] = field(default_factory=list)
     candidates: list[Node] = field(default_factory=list)
@@ -160,7 +162,7 @@ class QuestionState:
     def set_contexts(self, node: Node, contexts: list[str]) -> None:
         """Give `node` its contexts and the question and length ratio they make (one formula for both)."""
         node.contexts = contexts
-        node.question = with_context(contexts, self.item["question"])
+        node.question, node.sides = self.prompts.perturbed(contexts, self.item["question"], self.seed)
         node.length_ratio = len(node.question) / len(self.item["question"])
 
     def push(self, node: Node) -> None:
