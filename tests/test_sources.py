@@ -4,11 +4,13 @@ and the one download rule fetch_source against a local HTTP server serving stand
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 import yaml
 
 from stressprobe.cdv.questions import prepare_questions
+from stressprobe.cdv.release import read_release_labels
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import check_sources, pinned_sources, resolve, source_file
 from tests.support.api_workdir import error_lines, run_workflow, write_api_config
@@ -115,6 +117,76 @@ def test_the_papers_question_samples_are_the_authors_release():
         assert source["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
         questions = prepare_questions(name, str(local), None, None, "test", None, 42)
         assert len(questions) == 300
+    # Their classifier labels, the inputs of Table 7's study from the release (section 4.3: 1,080 and 120).
+    release = config["cdv"]["classifier"]["release"]
+    for key, filename, n in (("train", "train_data.json", 1080), ("test", "valid_data.json", 120)):
+        source = sources[release[key].removeprefix("source:")]
+        assert source["url"].endswith(f"/{COMMIT}/train/{filename}") and source["commit"] == COMMIT
+        local = shared_data("cdv", "llm_cdv_release", filename)
+        assert source["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
+        assert len(read_release_labels(local)) == n
     prompts = sources["cdv_prompts"]
     assert prompts["url"].endswith(f"/{COMMIT}/utils/prompt.py")
     assert prompts["sha256"] == "6dcb1485fd9037e770f57f043dde761b4359db6741c2ce0586604fc152c55ccd"
+
+
+def _label_file(outputs: str) -> str:
+    # The released files' structure: an instruction with the question and its options, a Yes/No output.
+    records = [
+        {
+            "instruction": "Determine whether the following question is too simple to be enhanced:\n"
+            f"Question: Stand-in question {i} about {'plants' if o == 'Y' else 'planets'}?\n"
+            f"Choices: {['one', 'two', 'three']!r}",
+            "input": "",
+            "output": {"Y": "Yes", "N": "No"}[o],
+        }
+        for i, o in enumerate(outputs)
+    ]
+    return json.dumps(records, indent=4)
+
+
+def test_the_release_study_reads_the_label_files_it_fetched_as_pinned_sources(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    files = {"train_data.json": _label_file("YN" * 12), "valid_data.json": _label_file("YYYNN")}
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+    workdir = make_workdir(tmp_path / "work")
+    with FileServer(root) as server:
+        sources = {
+            f"labels_{key}": {
+                "url": server.url(name),
+                "sha256": hashlib.sha256(files[name].encode()).hexdigest(),
+            }
+            for key, name in (("train", "train_data.json"), ("valid", "valid_data.json"))
+        }
+        edits = {
+            "sources": sources,
+            "cdv.classifier.release": {"train": "source:labels_train", "test": "source:labels_valid"},
+        }
+        run = run_workflow(
+            workdir, write_api_config(workdir, None, edits), "results/cdv/classifier/release.json"
+        )
+    assert run.returncode == 0, run.stderr[-3000:]
+    for key, name in (("train", "train_data.json"), ("valid", "valid_data.json")):
+        assert (workdir / f"results/sources/labels_{key}/{name}").read_text(encoding="utf-8") == files[name]
+    result = json.loads((workdir / "results/cdv/classifier/release.json").read_text())
+    assert (result["n_train"], result["positives_train"]) == (24, 12)
+    baseline = result["study"]["none"]["test"]
+    # No classifier keeps every test question: precision is the share of released Yes (3 of 5).
+    assert (baseline["n"], baseline["positives"], baseline["precision"], baseline["recall"]) == (
+        5,
+        3,
+        0.6,
+        1.0,
+    )
+
+
+def test_the_release_study_needs_both_label_files(tmp_path):
+    workdir = make_workdir(tmp_path)
+    edits = {"cdv.classifier.release": {"train": "labels/train_data.json", "test": None}}
+    run = run_workflow(
+        workdir, write_api_config(workdir, None, edits), "results/cdv/classifier/release.json", check=False
+    )
+    [error] = error_lines(run.stderr)
+    assert error.startswith("error: config key 'cdv.classifier.release.test': the release study needs both")

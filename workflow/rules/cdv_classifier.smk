@@ -112,8 +112,7 @@ rule cdv_classifier_transfer:
 # Table 7 from the authors' released labels instead of new searches.
 rule cdv_classifier_release:
     input:
-        train=config["cdv"]["classifier"]["release"]["train"] or [],
-        test=config["cdv"]["classifier"]["release"]["test"] or [],
+        **cdv_release_labels(),
     output:
         "results/cdv/classifier/release.json",
     log:

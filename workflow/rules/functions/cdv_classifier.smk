@@ -128,6 +128,25 @@ def cdv_cell_prices():
     return {name: config["models"][name].get("price", {}) for name in sorted(names)}
 
 
-# The filter and Table 2 name models of the grid: a typo is one error line before planning.
+def cdv_release_labels():
+    """The released label files of Table 7's study from the release (`classifier.release`: a path or
+    `source:<name>` each), as the rule's named inputs; none when it is off."""
+    release = config["cdv"]["classifier"]["release"]
+    if not release["train"] and not release["test"]:
+        return {}
+    for name in ("train", "test"):
+        if not release[name]:
+            raise StressprobeError(
+                f"config key 'cdv.classifier.release.{name}': the release study needs both label files; "
+                "give it or remove the other"
+            )
+    return {
+        name: source_file(release[name], f"cdv.classifier.release.{name}")
+        for name in ("train", "test")
+    }
+
+
+# The filter, Table 2 and the release study name models or files: a typo is one error line before planning.
 stop_on_error(cdv_filter_lora)
 stop_on_error(cdv_table2_cells)
+stop_on_error(cdv_release_labels)
