@@ -52,9 +52,11 @@ def main(smk):
     built = tables(smk)
     if name == "cdv_vs_paper":
         from stressprobe.cdv.search_report import agreement_table, mean_pairwise_agreement
+        from stressprobe.cdv.search_shares import search_share_rows
 
         agreement = mean_pairwise_agreement(agreement_table(list(smk.input.searches)))
         extra = [] if agreement is None else [pr.run_row("agreement", "pairwise_agreement", agreement)]
+        extra += search_share_rows(list(smk.input.label_searches))
         run = pr.run_values(built) + extra
         table = pr.vs_paper_table(pr.read_paper_values(smk.input.paper_values), run)
     else:

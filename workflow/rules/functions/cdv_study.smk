@@ -172,6 +172,8 @@ def cdv_study_inputs(name):
         "all_evals": cdv_eval_files("eval"),
         # section 4.3's pairwise agreement on perturbable questions (Figure 4)
         "searches": cdv_cell_files("search.jsonl"),
+        # A.2's depth and length shares and section 4.3's wasted share: the searches that label the classifier
+        "label_searches": cdv_label_files("search.jsonl"),
     }
     if cdv_value_variants():  # section 4.4's ablation
         merged["summaries"] = cdv_cell_files("search.summary.json")
