@@ -43,6 +43,7 @@ def study_config(workdir):
         "table,experiment,dataset,model,column,value,value_high,source\n"
         f"Table 1,large,all,{MODEL},acc_original,0.5,,test value\n"
         "Table 3,filter_cost,all,with_filter,success_rate,0.82,,test value\n"
+        "Section 4.3,classifier_study,all,all,wasted_share,0.37,,test value\n"
         "Table 9,nowhere,all,x,y,0.1,,not covered by the run\n",
         encoding="utf-8",
     )
@@ -77,3 +78,5 @@ def test_paper_experiments_run_through_the_workflow_at_toy_scale(workdir):
     vs = pd.read_csv(workdir / "results/tables/cdv_vs_paper.csv").set_index("table")
     assert vs.loc["Table 1", "run"] == pytest.approx(experiments.loc["large", "acc_original"])
     assert pd.isna(vs.loc["Table 9", "run"])
+    # Section 4.3's wasted share, from the searches that label the classifier (search_shares).
+    assert 0 <= vs.loc["Section 4.3", "run"] <= 1
