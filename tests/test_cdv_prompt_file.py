@@ -180,7 +180,8 @@ def test_only_plain_name_fields_are_accepted(tmp_path):
 
 def test_a_bad_distraction_position_is_a_one_line_error():
     with pytest.raises(
-        StressprobeError, match=r"^config key 'cdv\.prompts\.distraction_position': must be one of before, after"
+        StressprobeError,
+        match=r"^config key 'cdv\.prompts\.distraction_position': must be one of before, after",
     ):
         prompt_set(None, {}, False, KEY, position="front")
 

@@ -418,7 +418,9 @@ def test_summary_counts_every_request_sent():
 
 def _placed_search(position, seed=42):
     # Distinct texts per parent, so that each distraction gets its own draw; three levels deep.
-    model = ScriptedModel(correct=lambda contexts, question: 4, proxy_text=lambda t, parent: f"[ctx {t}] {len(parent)}.")
+    model = ScriptedModel(
+        correct=lambda contexts, question: 4, proxy_text=lambda t, parent: f"[ctx {t}] {len(parent)}."
+    )
     settings = replace(SETTINGS, max_expansions=4, seed=seed, prompts=OwnPrompts(position=position))
     records, _ = search(model, [make_item("q1")], settings)
     return records, model

@@ -333,7 +333,9 @@ def prompt_set(
         )
     if path is None:
         if extracts:
-            raise StressprobeError(f"config key '{prompts_key}.extract_answers': needs a template file (`file`)")
+            raise StressprobeError(
+                f"config key '{prompts_key}.extract_answers': needs a template file (`file`)"
+            )
         return OwnPrompts(distraction, position)
     templates = read_templates(path, names, config_key)
     if extracts and "extract" not in templates:
