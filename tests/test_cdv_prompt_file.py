@@ -20,6 +20,7 @@ from stressprobe.cdv.prompt_file import (
     templates_in,
 )
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
+from stressprobe.config import validate_config
 from stressprobe.cost import cdv_eval_bounds, cdv_search_bounds
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import fetch_verified
@@ -27,7 +28,7 @@ from stressprobe.llm import Request, Response
 from tests.support.api_workdir import run_workflow, write_api_config
 from tests.support.cdv_scripted import make_item
 from tests.support.file_server import FileServer
-from tests.support.helpers import make_workdir
+from tests.support.helpers import ROOT, make_workdir
 from tests.test_cost import BOUNDED_SEARCH, PLANTS
 
 # A stand-in of the structure of the authors' utils/prompt.py (text of its own): functions with defaulted
@@ -184,6 +185,12 @@ def test_a_bad_distraction_position_is_a_one_line_error():
         match=r"^config key 'cdv\.prompts\.distraction_position': must be one of before, after",
     ):
         prompt_set(None, {}, False, KEY, position="front")
+    schema = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'cdv\.prompts\.distraction_position': 'front' is not one of"
+    ):
+        validate_config({"cdv": {"prompts": {"distraction_position": "front"}}}, schema)
+    assert validate_config({}, schema)["cdv"]["prompts"]["distraction_position"] == "before"  # the demo's
 
 
 def test_extraction_needs_its_template_and_a_file(stand_in):
