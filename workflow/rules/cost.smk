@@ -34,6 +34,7 @@ rule cost_estimate:
             d: f"results/judging/{d}/summaries.jsonl" for d in cost_judging_datasets()
         },
         cdv=config["cdv"],
+        cdv_prompts=cdv_prompts(),
         cdv_cells=cost_cdv_cells(),
     script:
         "../../scripts/estimate_cost.py"

@@ -28,6 +28,8 @@ def cost_inputs(wildcards):
             inputs[f"{dataset}_{source}"] = table
     for dataset in cost_cdv_datasets():
         inputs[f"cdv_{dataset}"] = CDV_QUESTIONS.format(dataset=dataset)
+    if cost_cdv_datasets() and cdv_prompt_file():
+        inputs["cdv_prompt_file"] = cdv_prompt_file()[0]
     return inputs
 
 
