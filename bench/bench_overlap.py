@@ -26,7 +26,6 @@ from bench.bench_dag import PAPER_CONFIG, ROOT, make_paper_workdir
 from stressprobe.cdv.cost_bounds import cdv_estimates
 from stressprobe.overlap import overlap_markdown, overlap_rows, total_overlap
 
-
 # Questions of a dataset whose config takes the whole file (`n: null`): the authors' samples hold 300 each.
 PAPER_SAMPLE = 300
 

@@ -52,7 +52,9 @@ def main(smk):
     if datasets:
         # The prompts the CDV jobs send (the template file's when one is configured) size the bounds.
         prompts = job_prompts(smk.params.cdv_prompts)
-        rows += cdv_estimates(smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks, prompts)
+        rows += cdv_estimates(
+            smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks, prompts
+        )
     markdown = write_estimate(
         rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
     )

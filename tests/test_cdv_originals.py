@@ -21,7 +21,9 @@ OTHER = "smollm2-other"  # the same weights under another name: a second proxy, 
 
 
 def test_the_paper_dag_asks_every_original_of_an_evaluator_once():
-    _, rows = paper_overlap()
+    cells, rows = paper_overlap()
+    # The authors' extraction model reads every search's answers (FIDELITY S13), a role of each cell.
+    assert {cell["roles"]["extract"] for cell in cells} == {"gpt-4o-mini"}
     evaluations = [r for r in rows if r.rule == "cdv_eval"]
     assert len(evaluations) == 7  # the seven evaluators
     for row in evaluations:

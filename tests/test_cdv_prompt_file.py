@@ -10,6 +10,7 @@ import json
 import pytest
 
 from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
+from stressprobe.cdv.cost_bounds import cdv_eval_bounds, cdv_search_bounds
 from stressprobe.cdv.evaluate import evaluate
 from stressprobe.cdv.prompt_file import (
     FilePrompts,
@@ -19,7 +20,6 @@ from stressprobe.cdv.prompt_file import (
     templates_in,
 )
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
-from stressprobe.cdv.cost_bounds import cdv_eval_bounds, cdv_search_bounds
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import fetch_verified
 from stressprobe.llm import Request, Response
@@ -278,7 +278,9 @@ def test_the_cost_bound_counts_the_extraction_calls():
     assert read[-1].calls == nodes * (3 + 1)  # every sample and the greedy answer read once
     assert read[-1].completion_tokens == nodes * 4 * EXTRACT_MAX_TOKENS
     evaluated = cdv_eval_bounds("d", [question], "p/v", ["m"], extracting, {"m": local})
-    assert [r.calls for r in evaluated] == [cdv_eval_bounds("d", [question], "p/v", ["m"], cdv, {"m": local})[0].calls] * 2
+    assert [r.calls for r in evaluated] == [
+        cdv_eval_bounds("d", [question], "p/v", ["m"], cdv, {"m": local})[0].calls
+    ] * 2
 
 
 def test_the_projects_proxy_writes_background_or_one_distraction_sentence():

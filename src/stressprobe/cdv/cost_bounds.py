@@ -31,7 +31,12 @@ def longest_question(item: Mapping[str, Any], length_ratio_max: float) -> str:
 
 
 def extraction_bound(
-    prompts: Any, item: Mapping[str, Any], asked: tuple, answer_tokens: int, cdv: Mapping[str, Any], times: int
+    prompts: Any,
+    item: Mapping[str, Any],
+    asked: tuple,
+    answer_tokens: int,
+    cdv: Mapping[str, Any],
+    times: int,
 ) -> Bound:
     """With `cdv.prompts.extract_answers`, the calls that read answers to `asked` (the answering request's
     messages): `times` requests, each reading the longest answer (`answer_tokens`); with the project's own
@@ -95,7 +100,9 @@ def cdv_search_bounds(
         target = next(i for i in range(len(choices)) if i != answer)
         proxy = prompts.proxy(longest, choices, answer, target, item["question"])
         semantic = prompts.semantic(item["question"], longest, choices, answer)
-        per_role["proxy"].append((Request(messages=proxy, max_tokens=search["proxy_max_tokens"]), children * tries))
+        per_role["proxy"].append(
+            (Request(messages=proxy, max_tokens=search["proxy_max_tokens"]), children * tries)
+        )
         per_role["semantic"].append(
             (Request(messages=semantic, max_tokens=search["semantic_max_tokens"]), children * tries)
         )
@@ -134,7 +141,9 @@ def _answer_bounds(
         messages = prompts.victim(question, item["choices"], mitigated, prefill)
         request = Request(messages=messages, max_tokens=max_tokens)
         answering.append((request, times))
-        extracting += extraction_bound(prompts, {**item, "question": question}, messages, max_tokens, cdv, times)
+        extracting += extraction_bound(
+            prompts, {**item, "question": question}, messages, max_tokens, cdv, times
+        )
         asked.append((request, mitigated))
     return answering, extracting, asked
 
@@ -195,7 +204,9 @@ def cdv_originals_bounds(
             job = f"{dataset} originals {'mitigation' if mitigated else 'eval'} {model}"
             asks.append(Ask("cdv_eval", model, job, cache_key(identity, request)))
     extractor = extraction_model(cdv.get("prompts", {}), model) or model
-    return _rows(dataset, "eval originals", {"": (model, answering), "extract": (extractor, extracting)}, models)
+    return _rows(
+        dataset, "eval originals", {"": (model, answering), "extract": (extractor, extracting)}, models
+    )
 
 
 def cdv_estimates(

@@ -110,7 +110,9 @@ def cdv_extract_model(answering):
 
 def cdv_eval_job_models(wildcards):
     """Every model an evaluation job of `{model}` calls: that model and the one that reads its answers."""
-    return sorted({wildcards.model, cdv_extract_model(wildcards.model) or wildcards.model})
+    return sorted(
+        {wildcards.model, cdv_extract_model(wildcards.model) or wildcards.model}
+    )
 
 
 def cdv_search_models(wildcards):
@@ -152,7 +154,10 @@ CDV_ORIGINALS = "results/cdv/{dataset}/originals/{kind}/{model}"
 
 def cdv_originals_file(kind):
     """The shared originals that a cell's `kind` evaluation (eval or mitigation) of `{model}` reads."""
-    return lambda w: CDV_ORIGINALS.format(dataset=w.dataset, kind=kind, model=w.model) + ".jsonl"
+    return (
+        lambda w: CDV_ORIGINALS.format(dataset=w.dataset, kind=kind, model=w.model)
+        + ".jsonl"
+    )
 
 
 def cdv_originals_questions(wildcards):
@@ -160,7 +165,9 @@ def cdv_originals_questions(wildcards):
     union (the samples are nested: the largest one)."""
     return sorted(
         {
-            cdv_cell_questions(SimpleNamespace(dataset=wildcards.dataset, proxy=p, victim=v))
+            cdv_cell_questions(
+                SimpleNamespace(dataset=wildcards.dataset, proxy=p, victim=v)
+            )
             for p, v in cdv_cell_specs()
             if wildcards.model in cdv_eval_models(v, p)
         }
