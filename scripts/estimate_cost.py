@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from stressprobe.cdv.cost_bounds import cdv_estimates
+from stressprobe.cdv.benchmark import read_benchmark
+from stressprobe.cdv.cost_bounds import cdv_benchmark_estimates, cdv_estimates
 from stressprobe.cdv.jobs import job_prompts
 from stressprobe.cost import CacheView, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
@@ -55,6 +56,19 @@ def main(smk):
         rows += cdv_estimates(
             smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks, prompts
         )
+    # Benchmark files are read; the DPO held-out split (None) does not exist before the searches.
+    benchmarks = {
+        name: None if name == smk.params.dpo_heldout else read_benchmark(smk.input[f"cdv_benchmark_{name}"])
+        for name in smk.params.cdv_benchmarks
+    }
+    rows += cdv_benchmark_estimates(
+        benchmarks,
+        smk.params.cdv_benchmarks,
+        smk.params.cdv_cells,
+        questions,
+        smk.params.cdv,
+        smk.params.models,
+    )
     markdown = write_estimate(
         rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
     )

@@ -254,7 +254,8 @@ def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
     notes = (
         "\nCalls already in the response cache cost nothing and are not counted in `to_call`. "
         "Rows `cdv (bound)` are upper bounds from the search settings (adaptive searches; the cache is not "
-        "consulted for them); CDV baselines and the prompt classifier are not included.\n"
+        "consulted for them; `benchmark` rows bound rule cdv_benchmark, the DPO comparison rows on "
+        "every possible success of the searches); CDV baselines and the prompt classifier are not included.\n"
         f"Prompt tokens are estimated at {CHARS_PER_TOKEN} characters per token plus the chat format's "
         "overhead; completion tokens are the requested maximum (an upper bound). Judge cells of datasets "
         "whose summaries do not exist yet are priced with summaries of the maximum summary length.\n"

@@ -36,5 +36,7 @@ rule cost_estimate:
         cdv=config["cdv"],
         cdv_prompts=cdv_prompts(),
         cdv_cells=cost_cdv_cells(),
+        cdv_benchmarks=cost_cdv_benchmarks(),
+        dpo_heldout=CDV_DPO_HELDOUT,
     script:
         "../../scripts/estimate_cost.py"

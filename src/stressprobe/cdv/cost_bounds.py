@@ -51,6 +51,14 @@ def extraction_bound(
     return [(Request(messages=messages, max_tokens=EXTRACT_MAX_TOKENS), times)]
 
 
+def successes(search: Mapping[str, Any], item: Mapping[str, Any]) -> int:
+    """The most successful perturbations of one question: `max_candidates` under the authors' limits, else
+    every child the search may create."""
+    children = expansion_bound(search, len(item["choices"])) * (len(item["choices"]) - 1)
+    authors_cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
+    return min(authors_cap or children, children)
+
+
 def eval_max_tokens(cdv: Mapping[str, Any], model: str) -> int:
     """An evaluated model's answer limit (cdv.eval.model_max_tokens, else cdv.eval.max_tokens)."""
     evaluation = cdv["eval"]
@@ -162,22 +170,17 @@ def cdv_eval_bounds(
     models: Mapping[str, Mapping[str, Any]],
     prompts: Any = OWN,
 ) -> list[CellEstimate]:
-    """Upper bounds of asking each evaluated model every possible success of a cell (its originals are
-    asked once per dataset: `cdv_originals_bounds`).
-
-    Successes per question are at most `max_candidates` (else every child the search may create); with
-    mitigation on, each is asked a second time with the focus instruction.
+    """Upper bounds of asking each evaluated model every possible success of a cell (`successes`; its
+    originals are asked once per dataset: `cdv_originals_bounds`); with mitigation on, each is asked a
+    second time with the focus instruction.
     """
     search = cdv["search"]
     rows = []
     for model in eval_models:
         items = []
         for item in questions:
-            children = expansion_bound(search, len(item["choices"])) * (len(item["choices"]) - 1)
-            authors_cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
-            successes = min(authors_cap or children, children)
             longest = longest_question(item, search["length_ratio_max"])
-            items += [(item, longest, successes, mitigated) for mitigated in _kinds(cdv)]
+            items += [(item, longest, successes(search, item), mitigated) for mitigated in _kinds(cdv)]
         answering, extracting, _ = _answer_bounds(items, model, cdv, models, prompts)
         extractor = extraction_model(cdv.get("prompts", {}), model) or model
         named = {"": (model, answering), "extract": (extractor, extracting)}
@@ -240,4 +243,59 @@ def cdv_estimates(
             union.update({q["question"]: q for q in questions if q["question"] not in union})
     for (dataset, model), union in originals.items():
         rows += cdv_originals_bounds(dataset, list(union.values()), model, cdv, models, asks, prompts)
+    return rows
+
+
+def cdv_benchmark_bounds(
+    name: str,
+    items: Sequence[tuple[Mapping[str, Any], int]],
+    eval_models: Sequence[str],
+    cdv: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+) -> list[CellEstimate]:
+    """Rule cdv_benchmark: each model asked every (question, times) of benchmark `name` once, with the
+    project's own prompts and the answer line read (as the rule asks), at the model's token limit."""
+    rows = []
+    for model in eval_models:
+        prefill = answer_prefill(models[model], cdv["answer_prefix"])
+        requests = [
+            (Request(messages=OWN.victim(item["question"], item["choices"], prefill=prefill),
+                     max_tokens=eval_max_tokens(cdv, model)), times)
+            for item, times in items
+        ]  # fmt: skip
+        rows.append(bound_row("benchmark", f"benchmark {name}", model, models[model], requests))
+    return rows
+
+
+def heldout_bound(
+    cells: Sequence[Mapping[str, Any]],
+    questions_of: Mapping[str, Sequence[Mapping[str, Any]]],
+    cdv: Mapping[str, Any],
+) -> list[tuple[Mapping[str, Any], int]]:
+    """An upper bound of the DPO held-out split (written by the searches, so unknown before them): every
+    possible success of every cell, each at the longest question (the split keeps a share of them)."""
+    search = cdv["search"]
+    items = []
+    for cell in cells:
+        questions = nested_sample(list(questions_of[cell["dataset"]]), cell.get("n"), cell.get("seed", 0))
+        for item in questions:
+            longest = longest_question(item, search["length_ratio_max"])
+            items.append(({**item, "question": longest}, successes(search, item)))
+    return items
+
+
+def cdv_benchmark_estimates(
+    files: Mapping[str, Sequence[Mapping[str, Any]] | None],
+    evaluated: Mapping[str, Sequence[str]],
+    cells: Sequence[Mapping[str, Any]],
+    questions_of: Mapping[str, Sequence[Mapping[str, Any]]],
+    cdv: Mapping[str, Any],
+    models: Mapping[str, Mapping[str, Any]],
+) -> list[CellEstimate]:
+    """The bound rows of every benchmark (`files`: name -> its questions, None for the DPO held-out split,
+    bounded from the cells by `heldout_bound`), for the models `evaluated` on each."""
+    rows = []
+    for name, questions in files.items():
+        items = heldout_bound(cells, questions_of, cdv) if questions is None else [(q, 1) for q in questions]
+        rows += cdv_benchmark_bounds(name, items, evaluated[name], cdv, models)
     return rows
