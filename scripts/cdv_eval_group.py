@@ -2,7 +2,7 @@
 cell, the originals, perturbed questions and baselines, and with mitigation the originals and perturbed
 questions under the focus instruction; the same files as cdv_eval and cdv_mitigation write per cell."""
 
-from stressprobe.cdv.jobs import EvalSettings, evaluate_group, group_cells, job_prompts
+from stressprobe.cdv.jobs import EvalSettings, evaluate_group, group_cells
 from stressprobe.snakemake_io import cache_path, run_script
 
 
@@ -19,7 +19,7 @@ def main(smk):
         mitigation_usage=smk.output.mitigation_usage,
     )
     p = smk.params
-    settings = EvalSettings(p.max_tokens, p.temperature, p.prefill, p.seed, job_prompts(p.prompts))
+    settings = EvalSettings.of(p.max_tokens, p.temperature, p.prefill, p.seed, p.prompts)
     evaluate_group(smk.params.models, smk.wildcards.model, cache_path(smk), cells, settings)
 
 

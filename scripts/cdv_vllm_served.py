@@ -10,7 +10,6 @@ from stressprobe.cdv.jobs import (
     ServedEval,
     ServedSearch,
     group_cells,
-    job_prompts,
     search_settings,
     served_dataset,
 )
@@ -60,12 +59,12 @@ def main(smk):
                     out.mitigation[part],
                     out.mitigation_usage[part],
                 ),
-                EvalSettings(
+                EvalSettings.of(
                     params.max_tokens,
                     evaluation["temperature"],
                     evaluation["prefill"],
                     params.seed,
-                    job_prompts(params.prompts),
+                    params.prompts,
                 ),
             )
         )

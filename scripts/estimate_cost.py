@@ -2,7 +2,10 @@
 
 from pathlib import Path
 
-from stressprobe.cost import CacheView, cdv_estimates, judging_estimates, write_estimate
+from stressprobe.cdv.benchmark import read_benchmark
+from stressprobe.cdv.cost_bounds import cdv_benchmark_estimates, cdv_estimates
+from stressprobe.cdv.jobs import job_prompts
+from stressprobe.cost import CacheView, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.prompts import load_judge_template, load_summary_template
@@ -47,7 +50,25 @@ def main(smk):
         cache.close()
     datasets = {cell["dataset"] for cell in smk.params.cdv_cells}
     questions = {dataset: read_jsonl(smk.input[f"cdv_{dataset}"]) for dataset in datasets}
-    rows += cdv_estimates(smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks)
+    if datasets:
+        # The prompts the CDV jobs send (the template file's when one is configured) size the bounds.
+        prompts = job_prompts(smk.params.cdv_prompts)
+        rows += cdv_estimates(
+            smk.params.cdv_cells, questions, smk.params.cdv, smk.params.models, asks, prompts
+        )
+    # Benchmark files are read; the DPO held-out split (None) does not exist before the searches.
+    benchmarks = {
+        name: None if name == smk.params.dpo_heldout else read_benchmark(smk.input[f"cdv_benchmark_{name}"])
+        for name in smk.params.cdv_benchmarks
+    }
+    rows += cdv_benchmark_estimates(
+        benchmarks,
+        smk.params.cdv_benchmarks,
+        smk.params.cdv_cells,
+        questions,
+        smk.params.cdv,
+        smk.params.models,
+    )
     markdown = write_estimate(
         rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
     )

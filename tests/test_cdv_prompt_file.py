@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
+from stressprobe.cdv.cost_bounds import cdv_eval_bounds, cdv_search_bounds
 from stressprobe.cdv.evaluate import evaluate
 from stressprobe.cdv.prompt_file import (
     FilePrompts,
@@ -21,7 +22,6 @@ from stressprobe.cdv.prompt_file import (
 )
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.config import validate_config
-from stressprobe.cost import cdv_eval_bounds, cdv_search_bounds
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import fetch_verified
 from stressprobe.llm import Request, Response
@@ -294,13 +294,16 @@ def test_the_cost_bound_counts_the_extraction_calls():
     }
     roles = {"proxy": "m", "semantic": "m", "victim": "m"}
     extracting = {**cdv, "prompts": {"extract_answers": True}}
-    plain = cdv_search_bounds("d", [question], roles, cdv, {"m": local})[-1]
-    read = cdv_search_bounds("d", [question], roles, extracting, {"m": local})[-1]
+    plain = cdv_search_bounds("d", [question], roles, cdv, {"m": local})
+    read = cdv_search_bounds("d", [question], roles, extracting, {"m": local})
+    assert read[:-1] == plain and read[-1].cell.endswith("(extract)")
     nodes = 1 + 2 * (4 - 1)  # the root and every child of the two expansions
-    assert read.calls - plain.calls == nodes * (3 + 1)  # every sample and the greedy answer read once
-    assert read.completion_tokens - plain.completion_tokens == nodes * 4 * EXTRACT_MAX_TOKENS
-    evaluated = cdv_eval_bounds("d", [question], "p/v", ["m"], extracting, {"m": local})[0]
-    assert evaluated.calls == 2 * cdv_eval_bounds("d", [question], "p/v", ["m"], cdv, {"m": local})[0].calls
+    assert read[-1].calls == nodes * (3 + 1)  # every sample and the greedy answer read once
+    assert read[-1].completion_tokens == nodes * 4 * EXTRACT_MAX_TOKENS
+    evaluated = cdv_eval_bounds("d", [question], "p/v", ["m"], extracting, {"m": local})
+    assert [r.calls for r in evaluated] == [
+        cdv_eval_bounds("d", [question], "p/v", ["m"], cdv, {"m": local})[0].calls
+    ] * 2
 
 
 def test_the_projects_proxy_writes_background_or_one_distraction_sentence():

@@ -8,11 +8,15 @@ import math
 
 import pytest
 
+from stressprobe.cdv.cost_bounds import (
+    cdv_benchmark_estimates,
+    cdv_eval_bounds,
+    cdv_originals_bounds,
+    cdv_search_bounds,
+)
 from stressprobe.cost import (
     CHARS_PER_TOKEN,
     CacheView,
-    cdv_eval_bounds,
-    cdv_search_bounds,
     estimate_cell,
     estimate_csv,
     estimate_markdown,
@@ -228,12 +232,36 @@ def test_cdv_search_bound_of_the_paper_loop_follows_the_call_cap():
                           {"local": SMOLLM})  # fmt: skip
 
 
-def test_cdv_eval_bound_asks_originals_and_successes():
+def test_cdv_eval_bound_asks_successes_per_cell_and_originals_once():
     question = {"question": "2 + 2?", "choices": ["3", "4"], "answer_index": 1}
     cdv = {"search": {"limits": "authors_code", "max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0},
-           "mitigation": {"enabled": True}, "eval": {"max_tokens": 16}, "answer_prefix": "Answer:"}  # fmt: skip
+           "mitigation": {"enabled": True}, "eval": {"max_tokens": 16, "model_max_tokens": {"prefilled": 64}},
+           "answer_prefix": "Answer:"}  # fmt: skip
     models = {"local": SMOLLM, "prefilled": {**SMOLLM, "answer_prefill": True}}
     rows = cdv_eval_bounds("d", [question], "p/v", ["local", "prefilled"], cdv, models)
     successes = min(3, 5 * (2 - 1))
-    assert [r.calls for r in rows] == [2 * (1 + successes)] * 2
+    assert [r.calls for r in rows] == [2 * successes] * 2  # with and without the focus instruction
     assert rows[1].prompt_tokens > rows[0].prompt_tokens
+    assert rows[1].completion_tokens == 64 * rows[1].calls  # a model's own token limit bounds its answers
+    [originals] = cdv_originals_bounds("d", [question], "local", cdv, models)
+    assert (originals.cell, originals.calls) == ("eval originals", 2)
+
+
+def test_the_benchmark_and_the_dpo_comparison_rows_are_bounded():
+    question = {"question": "2 + 2?", "choices": ["3", "4", "5"], "answer_index": 1}
+    cdv = {"search": {"limits": "authors_code", "max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0},
+           "eval": {"max_tokens": 16, "model_max_tokens": {"big": 64}}, "answer_prefix": "Answer:"}  # fmt: skip
+    models = {"local": SMOLLM, "big": SMOLLM}
+    cells = [{"dataset": "d", "n": None, "seed": 0}, {"dataset": "d", "n": 1, "seed": 0}]
+    files = {"mine": [question, question], "dpo_heldout": None}
+    evaluated = {"mine": ["local"], "dpo_heldout": ["local", "big"]}
+    rows = cdv_benchmark_estimates(files, evaluated, cells, {"d": [question, question]}, cdv, models)
+    assert [(r.cell, r.model) for r in rows] == [
+        ("benchmark mine", "local"),
+        ("benchmark dpo_heldout", "local"),
+        ("benchmark dpo_heldout", "big"),
+    ]
+    assert rows[0].calls == 2  # each question of the file once
+    # The held-out split is at most every possible success of every cell: 3 questions x 3 successes.
+    assert rows[1].calls == rows[2].calls == 3 * 3
+    assert rows[2].completion_tokens == 64 * rows[2].calls  # the model's own token limit

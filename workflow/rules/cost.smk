@@ -34,6 +34,9 @@ rule cost_estimate:
             d: f"results/judging/{d}/summaries.jsonl" for d in cost_judging_datasets()
         },
         cdv=config["cdv"],
+        cdv_prompts=cdv_prompts(),
         cdv_cells=cost_cdv_cells(),
+        cdv_benchmarks=cost_cdv_benchmarks(),
+        dpo_heldout=CDV_DPO_HELDOUT,
     script:
         "../../scripts/estimate_cost.py"

@@ -1,9 +1,12 @@
 """Reading a model's answers to multiple-choice questions: from each answer's 'Answer: X' line (the project's
 prompts), or, with a template file whose answers are extracted, by one more call per answer that asks the
-extraction template which option the answer chose (through the same cached client)."""
+extraction template which option the answer chose, answered by the extraction model
+(`cdv.prompts.extract_model`, the authors' gpt-4o-mini in config/paper.yaml; null: the answering model
+itself) at `cdv.prompts.extract_temperature`, through the cached LLM layer like every call."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from stressprobe.cdv.prompts import parse_answer
@@ -13,15 +16,25 @@ from stressprobe.llm import Request, Response
 EXTRACT_MAX_TOKENS = 64
 
 
+def extraction_model(prompts: Mapping[str, Any], answering: str) -> str | None:
+    """The model that reads `answering`'s answers by a second call (`cdv.prompts`): `extract_model`, else
+    the answering model itself; None when answers are read from their answer line."""
+    if not prompts.get("extract_answers"):
+        return None
+    return prompts.get("extract_model") or answering
+
+
 def read_answers(
-    client: Any,
+    extractor: Any,
     prompts: Any,
     asked: list[tuple[str, list[str], list[str]]],
     prefill: str | None,
     seed: int,
+    temperature: float = 0.0,
 ) -> tuple[list[list[int | None]], list[list[Response]]]:
     """For each (question, choices, answer texts): the chosen option of every text (None when unread), and
-    the extraction responses that read them (empty without extraction), for the caller to count."""
+    the extraction responses that read them (empty without extraction), for the caller to count.
+    `extractor` is the extraction model's client, asked at `temperature`."""
     if not prompts.extracts:
         answers = [[parse_answer(t, len(choices), prefill) for t in texts] for _, choices, texts in asked]
         return answers, [[] for _ in asked]
@@ -29,13 +42,13 @@ def read_answers(
         Request(
             messages=prompts.extract(question, choices, (prefill or "") + text),
             max_tokens=EXTRACT_MAX_TOKENS,
-            temperature=0.0,
+            temperature=temperature,
             seed=seed,
         )
         for question, choices, texts in asked
         for text in texts
     ]
-    replies = iter(client.generate(requests)) if requests else iter(())
+    replies = iter(extractor.generate(requests)) if requests else iter(())
     answers, responses = [], []
     for _, choices, texts in asked:
         mine = [next(replies) for _ in texts]

@@ -9,14 +9,20 @@ from typing import Any
 from stressprobe.cdv.answers import read_answers
 from stressprobe.cdv.prompt_file import OWN
 from stressprobe.cdv.prompts import letter
+from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request
 
 
 def eval_items(
-    questions: list[dict[str, Any]], perturbed: list[dict[str, Any]], baselines: list[dict[str, Any]]
+    questions: list[dict[str, Any]],
+    perturbed: list[dict[str, Any]],
+    baselines: list[dict[str, Any]],
+    originals: bool = True,
 ) -> list[dict[str, Any]]:
-    """What to ask: every original question, every perturbed question, every usable baseline rewrite."""
+    """What to ask: every original question (unless `originals` is False: a cell whose originals are read
+    from its dataset's shared file), every perturbed question, every usable baseline rewrite."""
     items = [{**_mc(q), "qid": q["qid"], "node_id": None, "condition": "original"} for q in questions]
+    items = items if originals else []
     items += [
         {**_mc(p), "qid": p["qid"], "node_id": p["node_id"], "condition": "perturbed"} for p in perturbed
     ]
@@ -36,6 +42,39 @@ def eval_items(
     return items
 
 
+def union_questions(samples: list[list[dict[str, Any]]], names: list[str]) -> list[dict[str, Any]]:
+    """Every question of `samples` once (by qid, in order of first appearance): the originals that the
+    cells of a dataset ask (nested samples: the largest one). A qid with two different texts is an error."""
+    union: dict[str, dict[str, Any]] = {}
+    for sample, name in zip(samples, names, strict=True):
+        for q in sample:
+            seen = union.setdefault(q["qid"], q)
+            if _mc(seen) != _mc(q):
+                raise StressprobeError(
+                    f"{name}: question {q['qid']} differs from the same qid in another sample of its "
+                    "dataset; prepare the dataset's samples again"
+                )
+    return list(union.values())
+
+
+def cell_originals(
+    shared: list[dict[str, Any]], questions: list[dict[str, Any]], path: str
+) -> list[dict[str, Any]]:
+    """A cell's original-question records, picked from its dataset's shared originals file (`path`) in the
+    cell's question order: the records the cell would have made by asking them itself."""
+    by_qid = {r["qid"]: r for r in shared}
+    picked = []
+    for q in questions:
+        record = by_qid.get(q["qid"])
+        if record is None or record["question"] != q["question"]:
+            raise StressprobeError(
+                f"{path}: no record of the original question {q['qid']} as the cell asks it; "
+                "remove the file so that rule cdv_eval_originals writes it again"
+            )
+        picked.append(record)
+    return picked
+
+
 def _mc(record: dict[str, Any]) -> dict[str, Any]:
     return {
         "question": record["question"],
@@ -53,12 +92,15 @@ def evaluate(
     prefill: str | None = None,
     temperature: float = 0.0,
     prompts: Any = OWN,
+    extractor: Any = None,
+    extract_temperature: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Ask one model every item once (one batch); unparseable, truncated or failed answers are not correct.
 
     `prefill` starts each answer (models with `answer_prefill`); `raw` then includes it. An answer without
     a parseable answer line is `truncated` when it used all `max_tokens`, else `unparsed`. With a template
-    file that extracts answers, a second call per answer reads it (`extract_raw` records that reply)."""
+    file that extracts answers, a second call per answer reads it (`extract_raw` records that reply),
+    answered by `extractor` (the extraction model's client; None: this model's) at `extract_temperature`."""
     requests = [
         Request(
             messages=prompts.victim(item["question"], item["choices"], mitigation, prefill),
@@ -68,10 +110,12 @@ def evaluate(
         )
         for item in items
     ]
-    responses = client.generate(requests)
+    responses = client.generate(requests) if requests else []
     answered = [i for i, r in enumerate(responses) if not r.error]
     asked = [(items[i]["question"], items[i]["choices"], [responses[i].text]) for i in answered]
-    answers, extractions = read_answers(client, prompts, asked, prefill, seed)
+    answers, extractions = read_answers(
+        extractor or client, prompts, asked, prefill, seed, extract_temperature
+    )
     read = {i: (a, x) for i, [a], x in zip(answered, answers, extractions, strict=True)}
     records = []
     for i, (item, response) in enumerate(zip(items, responses, strict=True)):

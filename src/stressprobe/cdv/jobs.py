@@ -11,7 +11,7 @@ from typing import Any
 
 from stressprobe.cdv.classifier import prompt_probabilities
 from stressprobe.cdv.clients import role_clients, write_merged_usage
-from stressprobe.cdv.evaluate import eval_items, evaluate
+from stressprobe.cdv.evaluate import cell_originals, eval_items, evaluate, union_questions
 from stressprobe.cdv.prompt_file import OWN, prompt_set
 from stressprobe.cdv.search import (
     SearchSettings,
@@ -65,6 +65,7 @@ def search_settings(
         victim_prefill=victim_prefill,
         eval_temperature=eval_temperature,
         value=value,
+        extract_temperature=prompts.get("extract_temperature", 0.0),
         prompts=job_prompts(prompts),
     )
 
@@ -142,13 +143,89 @@ def group_cells(
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How one model is asked in the evaluation."""
+    """How one model is asked in the evaluation (and who reads its answers when they are extracted)."""
 
     max_tokens: int
     temperature: float
     prefill: str | None
     seed: int
     prompts: Any = OWN
+    extract_model: str | None = None  # None: the evaluated model reads its own answers
+    extract_temperature: float = 0.0
+
+    @classmethod
+    def of(
+        cls, max_tokens: int, temperature: float, prefill: str | None, seed: int, prompts: Mapping[str, Any]
+    ) -> EvalSettings:
+        """The settings of a job from its params (`prompts`: cdv.prompts, its template file resolved)."""
+        return cls(
+            max_tokens,
+            temperature,
+            prefill,
+            seed,
+            job_prompts(prompts),
+            prompts.get("extract_model"),
+            prompts.get("extract_temperature", 0.0),
+        )
+
+    def roles(self, model: str) -> dict[str, str]:
+        """The job's role -> model: `eval`, and `extract` (the same client when the model reads its own)."""
+        return {"eval": model, "extract": self.extract_model or model}
+
+
+def _evaluate(clients: Mapping[str, Any], items: list[dict[str, Any]], mitigated: bool, s: EvalSettings):
+    return evaluate(
+        clients["eval"],
+        items,
+        s.max_tokens,
+        s.seed,
+        mitigated,
+        s.prefill,
+        s.temperature,
+        s.prompts,
+        clients["extract"],
+        s.extract_temperature,
+    )
+
+
+def evaluate_originals(
+    models: Mapping[str, Any],
+    model: str,
+    cache_path: str,
+    question_files: list[str],
+    settings: EvalSettings,
+    mitigated: bool,
+    outputs: tuple[str, str],
+) -> None:
+    """Rule cdv_eval_originals: ask `model` the original questions of every cell of a dataset once (the union
+    of their nested samples) and write the records and usage that every cell's evaluation reads."""
+    questions = union_questions([read_jsonl(path) for path in question_files], list(question_files))
+    with role_clients(dict(models), settings.roles(model), cache_path) as clients:
+        records = _evaluate(clients, eval_items(questions, [], []), mitigated, settings)
+        write_merged_usage(clients, outputs[1])
+    write_jsonl(outputs[0], records)
+
+
+def evaluate_cell(
+    models: Mapping[str, Any],
+    model: str,
+    cache_path: str,
+    cell: EvalCell,
+    originals: str,
+    settings: EvalSettings,
+    mitigated: bool,
+) -> None:
+    """Rules cdv_eval and cdv_mitigation: one cell's records, its originals picked from the dataset's shared
+    file (`originals`), its perturbed questions (and, without mitigation, baselines) asked here; the
+    records are those asking everything here would give, in the same order."""
+    questions = read_jsonl(cell.questions)
+    shared = cell_originals(read_jsonl(originals), questions, originals)
+    baselines = read_jsonl(cell.baselines) if cell.baselines else []
+    items = eval_items(questions, read_jsonl(cell.perturbed), baselines, originals=False)
+    with role_clients(dict(models), settings.roles(model), cache_path) as clients:
+        records = shared + _evaluate(clients, items, mitigated, settings)
+        write_merged_usage(clients, cell.usage)
+    write_jsonl(cell.records, records)
 
 
 def evaluate_group(
@@ -156,8 +233,9 @@ def evaluate_group(
 ) -> None:
     """Evaluate `model` on every cell with one client (one model load): per cell, the originals, perturbed
     questions and baselines, and with mitigation the originals and perturbed questions under the focus
-    instruction; the same files as cdv_eval and cdv_mitigation write per cell."""
-    with role_clients(dict(models), {"eval": model}, cache_path) as clients:
+    instruction; the same files as cdv_eval and cdv_mitigation write per cell. The job is the one owner of
+    its (dataset, model)'s originals: a later cell's asks of them are this job's own cache hits."""
+    with role_clients(dict(models), settings.roles(model), cache_path) as clients:
         for cell in cells:
             questions = read_jsonl(cell.questions)
             perturbed = read_jsonl(cell.perturbed)
@@ -171,16 +249,7 @@ def evaluate_group(
             for mitigated, items, records_path, usage_path in jobs:
                 for client in clients.values():
                     client.reset_usage()  # each output's sidecar counts its own calls
-                records = evaluate(
-                    clients["eval"],
-                    items,
-                    settings.max_tokens,
-                    settings.seed,
-                    mitigated,
-                    settings.prefill,
-                    settings.temperature,
-                    settings.prompts,
-                )
+                records = _evaluate(clients, items, mitigated, settings)
                 write_merged_usage(clients, usage_path)
                 write_jsonl(records_path, records)
                 log.info("%s %s: %d records (mitigation %s)", model, cell.name, len(records), mitigated)

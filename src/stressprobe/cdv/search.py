@@ -168,8 +168,10 @@ def start_questions(
     victim: Generator,
     settings: SearchSettings,
     perturbability: dict[str, float] | None = None,
+    extractor: Generator | None = None,
 ) -> list[QuestionState]:
-    """Roots and pre-checks: classifier filter (when probabilities are given), then the victim on each root.
+    """Roots and pre-checks: classifier filter (when probabilities are given), then the victim on each root
+    (its answers read by `extractor` when they are extracted; None: the victim).
 
     A root keeps status `root` (also once expanded), except a depth-0 success and an `unparsed` or `error`
     root (neither is searched).
@@ -180,7 +182,7 @@ def start_questions(
         if perturbability is not None and perturbability[state.item["qid"]] < settings.classifier_threshold:
             root.status, root.flag = "root", "classifier_filtered"
             state.stop("classifier_filtered")
-    measure_success([(s.nodes[0], s.item) for s in states if not s.done], victim, settings)
+    measure_success([(s.nodes[0], s.item) for s in states if not s.done], victim, settings, extractor)
     for state in (s for s in states if not s.done):
         root = state.nodes[0]
         if root.status in ("error", "unparsed"):
@@ -204,7 +206,8 @@ def run_search(
     perturbability: dict[str, float] | None = None,
 ) -> list[QuestionState]:
     """Search every question in rounds (one expansion per active question per round) until each stops."""
-    states = start_questions(items, clients["victim"], settings, perturbability)
+    extractor = clients.get("extract")  # the extraction model's client (role `extract`), if any
+    states = start_questions(items, clients["victim"], settings, perturbability, extractor)
     while True:
         for state in states:
             reason = None if state.done else _stop_reason(state, settings)
@@ -224,7 +227,7 @@ def run_search(
             apply_rules(state, parent, children, settings)
     if settings.greedy_audit:
         audited = [(node, s.item) for s in states for node in s.candidates]
-        audit_greedy(audited, clients["victim"], settings)
+        audit_greedy(audited, clients["victim"], settings, extractor)
     for state in states:
         state.nodes[0].stop_reason, state.nodes[0].calls = state.stop_reason, state.calls()
     return states

@@ -39,13 +39,17 @@ def answer_status(answer: int | None, correct: int, truncated: bool) -> str:
 
 
 def measure_success(
-    pairs: list[tuple[Node, dict[str, Any]]], victim: Generator, settings: SearchSettings
+    pairs: list[tuple[Node, dict[str, Any]]],
+    victim: Generator,
+    settings: SearchSettings,
+    extractor: Generator | None = None,
 ) -> None:
     """Set r, answers and the unparsed/truncated counts of each node on its own question.
 
     One batch of sampled requests. A failed call or fewer texts than samples marks the node `error` (never
     a success). An unparsed or truncated answer is not correct; under `unread_answers: never_success` a node
-    with r = 0 and such an answer is `unparsed` instead (terminal, never a success).
+    with r = 0 and such an answer is `unparsed` instead (terminal, never a success). With extraction, each
+    sample is read by `extractor` (the extraction model's client; None: the victim's own).
     """
     responses = victim.generate(
         [victim_request(node.question, item["choices"], settings, greedy=False) for node, item in pairs]
@@ -58,11 +62,12 @@ def measure_success(
         else:
             answered.append((node, item, response))
     answers, extractions = read_answers(
-        victim,
+        extractor or victim,
         settings.prompts,
         [(node.question, item["choices"], response.texts) for node, item, response in answered],
         settings.victim_prefill,
         settings.seed,
+        settings.extract_temperature,
     )
     for (node, item, response), node_answers, extracted in zip(answered, answers, extractions, strict=True):
         for reply in extracted:
@@ -81,7 +86,10 @@ def measure_success(
 
 
 def audit_greedy(
-    nodes: list[tuple[Node, dict[str, Any]]], victim: Generator, settings: SearchSettings
+    nodes: list[tuple[Node, dict[str, Any]]],
+    victim: Generator,
+    settings: SearchSettings,
+    extractor: Generator | None = None,
 ) -> None:
     """The opt-in greedy audit: one request at the evaluation temperature per success; reports only."""
     responses = victim.generate(
@@ -95,11 +103,12 @@ def audit_greedy(
         else:
             answered.append((node, item, response))
     answers, extractions = read_answers(
-        victim,
+        extractor or victim,
         settings.prompts,
         [(node.question, item["choices"], [response.text]) for node, item, response in answered],
         settings.victim_prefill,
         settings.seed,
+        settings.extract_temperature,
     )
     for (node, item, response), [answer], extracted in zip(answered, answers, extractions, strict=True):
         for reply in extracted:
@@ -152,7 +161,9 @@ def generate_children(
         if not pending:
             break
         pending = _try_children(pending, attempt, clients, settings, kept)
-    measure_success([(child, state.item) for state, child in kept], clients["victim"], settings)
+    measure_success(
+        [(child, state.item) for state, child in kept], clients["victim"], settings, clients.get("extract")
+    )
     return groups
 
 
@@ -225,6 +236,7 @@ def audit_successes(
     questions: list[dict[str, Any]],
     victim: Generator,
     settings: SearchSettings,
+    extractor: Generator | None = None,
 ) -> list[dict[str, Any]]:
     """Ask the victim every `success` node's question again as the greedy audit does; return those it
     gets right (a report: under the paper's rule a success may well have a right greedy answer).
@@ -243,7 +255,14 @@ def audit_successes(
         (r["question"], by_qid[r["qid"]]["choices"], [x.text])
         for r, x in zip(successes, responses, strict=True)
     ]
-    answers, _ = read_answers(victim, settings.prompts, asked, settings.victim_prefill, settings.seed)
+    answers, _ = read_answers(
+        extractor or victim,
+        settings.prompts,
+        asked,
+        settings.victim_prefill,
+        settings.seed,
+        settings.extract_temperature,
+    )
     failures = []
     for record, response, [answer] in zip(successes, responses, answers, strict=True):
         if response.error or answer == by_qid[record["qid"]]["answer_index"]:

@@ -89,7 +89,8 @@ def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, 
     """Counts per status, requests and tokens per role, and the cost per successful perturbation.
 
     `prices` maps role -> {prompt_per_1m, completion_per_1m} in USD (the `extract` calls, answers read by a
-    second call, cost the victim's). A "successful perturbation" is a
+    second call, cost the extraction model's: the `extract` role's price, else the victim's). A
+    "successful perturbation" is a
     `success` node at depth >= 1; `flagged_original_fails` counts the depth-0 successes separately (the
     `*_with_originals` keys count them in). Unparsed and truncated answers (and the successes that have
     one), re-prompts, the greedy audit's verdicts and why each question stopped are counted too.
@@ -101,9 +102,10 @@ def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, 
         for role, usage in record["tokens"].items():
             for key in ("requests", "prompt", "completion"):
                 per_role[role][key] += usage[key]
-    # Answers are extracted by the victim's own model: its price.
+    # Answers are extracted by the `extract` role's model (the search job's roles name it), else the victim's.
+    extract_price = prices.get(EXTRACT, prices.get("victim"))
     cost = sum(
-        cost_usd(u["prompt"], u["completion"], prices.get("victim" if role == EXTRACT else role))
+        cost_usd(u["prompt"], u["completion"], extract_price if role == EXTRACT else prices.get(role))
         for role, u in per_role.items()
     )
     requests = sum(u["requests"] for u in per_role.values())

@@ -14,7 +14,8 @@ from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response
 
 ROLES = ("proxy", "semantic", "victim")
-# Requests are counted per role, and per answer-extraction call (made with the victim's model).
+# Requests are counted per role, and per answer-extraction call (made with the extraction model:
+# `cdv.prompts.extract_model`, else the victim's).
 EXTRACT = "extract"
 USAGE_ROLES = (*ROLES, EXTRACT)
 LIMITS = ("paper", "authors_code")
@@ -57,6 +58,7 @@ class SearchSettings:
     seed: int = 42
     victim_prefill: str | None = None  # the start of the victim's answer, for `answer_prefill` models
     unread_answers: str = "wrong"  # "wrong" (Eq. 5) or "never_success" (see UNREAD)
+    extract_temperature: float = 0.0  # of the calls that read answers (cdv.prompts.extract_temperature)
     prompts: Any = OWN  # the prompt set (stressprobe.cdv.prompt_file): the project's own or a template file's
 
     def __post_init__(self) -> None:

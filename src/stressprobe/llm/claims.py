@@ -16,6 +16,12 @@ own (of two hosts renaming one file, one succeeds), checking that it moved the s
 links a fresher one back) and creating the claim anew. So a job killed while holding claims delays the
 others by at most the lease, and only its in-flight calls are asked again.
 
+Heartbeats of owners that died are removed by the next owner to start (`sweep`): one silent for two leases
+by the clocks (as a claim is then taken over at once), or one of a dead process of this host silent for a
+lease; also a take-over's leftover (a killed taker's `.stale-*` file) once its taker's heartbeat is gone. A
+removed heartbeat's claims stay links to its inode and are taken over as before; an owner that finds its
+own heartbeat removed (it was stalled for two leases) writes it anew.
+
 Every file here is written once, by its creator (claims are links to it); nothing relies on a file lock.
 """
 
@@ -103,21 +109,34 @@ class Claims:
     # --- this owner --------------------------------------------------------------------------------------
     def _start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._write_heartbeat()
+        self.sweep()
+        self._thread = threading.Thread(target=self._beat, name="claims-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _write_heartbeat(self) -> None:
         audit(self.heartbeat, self.owner)
         fd = os.open(self.heartbeat, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, self._content.encode())
         finally:
             os.close(fd)
-        self._thread = threading.Thread(target=self._beat, name="claims-heartbeat", daemon=True)
-        self._thread.start()
+
+    def _heartbeat_back(self) -> None:
+        """Our heartbeat was swept as an orphan (this owner stalled for two leases): write it anew."""
+        log.warning("claims: heartbeat %s was removed as an orphan; writing it anew", self.heartbeat.name)
+        with contextlib.suppress(FileExistsError):
+            self._write_heartbeat()
 
     def _beat(self) -> None:
         touched = time.monotonic()
         while not self._stop.wait(min(TICK_S, self.lease_s / 4)):
             try:
                 if time.monotonic() - touched >= self.lease_s / 4:
-                    os.utime(self.heartbeat)
+                    try:
+                        os.utime(self.heartbeat)
+                    except FileNotFoundError:
+                        self._heartbeat_back()
                     touched = time.monotonic()
                 if self.on_tick is not None:
                     self.on_tick()
@@ -129,6 +148,9 @@ class Claims:
             os.link(self.heartbeat, self.dir / key)
         except FileExistsError:
             return False
+        except FileNotFoundError:  # our heartbeat, swept as an orphan
+            self._heartbeat_back()
+            return self._create(key)
         self.held.add(key)
         return True
 
@@ -172,6 +194,38 @@ class Claims:
             self._thread = None
 
     # --- other owners ------------------------------------------------------------------------------------
+    def sweep(self) -> int:
+        """Remove the heartbeats of dead owners, then the take-over leftovers of takers without a heartbeat;
+        return how many files went. Never this owner's own, never one that beat within the lease."""
+        removed = 0
+        now = time.time()
+        for path in sorted(self.dir.glob(f"*{ALIVE_SUFFIX}")):
+            if path == self.heartbeat:
+                continue
+            try:
+                text, mtime = path.read_text(), os.stat(path).st_mtime_ns
+            except FileNotFoundError:
+                continue  # its owner closed, or another sweep took it
+            if self._orphan(_parse(text), now - mtime / 1e9):
+                path.unlink(missing_ok=True)
+                removed += 1
+        for grave in self.dir.glob(f"{GRAVE_PREFIX}*"):
+            # `.stale-<key>-<taker>`: a live taker has its heartbeat (made before any take-over).
+            taker = grave.name[len(GRAVE_PREFIX) :].partition("-")[2]
+            if not (self.dir / f"{taker}{ALIVE_SUFFIX}").exists():
+                grave.unlink(missing_ok=True)
+                removed += 1
+        if removed:
+            log.info("claims: removed %d files of dead owners", removed)
+        return removed
+
+    def _orphan(self, holder: tuple[str, str, int] | None, silent_s: float) -> bool:
+        """A heartbeat silent for two leases, or for one when it is a dead process's of this host."""
+        if silent_s > 2 * self.lease_s:
+            return True
+        dead_here = holder is not None and holder[1] == self.host and not pid_alive(holder[2])
+        return dead_here and silent_s > self.lease_s
+
     def _stale(self, holder: str, host: str, pid: int, mtime: int) -> bool:
         if host == self.host and not pid_alive(pid):
             return True

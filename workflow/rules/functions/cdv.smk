@@ -1,5 +1,8 @@
 # Input functions, wildcard patterns and output lists of the cdv stage (its rules: ../cdv.smk).
 
+from types import SimpleNamespace
+
+import stressprobe.cdv.answers as _cdv_answers
 import stressprobe.cdv.experiments as _cdv_experiments
 
 # A CDV dataset's sampled questions, read by every CDV stage: the one place its path is written.
@@ -94,7 +97,22 @@ def cell_roles(proxy, victim):
     classifier = config["cdv"]["classifier"]
     if classifier["kind"] == "prompt" and classifier["filter_search"]:
         roles["classifier"] = classifier["model"] or victim
+    if cdv_extract_model(victim):
+        roles["extract"] = cdv_extract_model(victim)
     return roles
+
+
+def cdv_extract_model(answering):
+    """The model that reads `answering`'s answers by a second call (`cdv.prompts.extract_model`, else
+    `answering` itself); None when answers are read from their answer line."""
+    return _cdv_answers.extraction_model(config["cdv"]["prompts"], answering)
+
+
+def cdv_eval_job_models(wildcards):
+    """Every model an evaluation job of `{model}` calls: that model and the one that reads its answers."""
+    return sorted(
+        {wildcards.model, cdv_extract_model(wildcards.model) or wildcards.model}
+    )
 
 
 def cdv_search_models(wildcards):
@@ -127,6 +145,33 @@ def cdv_eval_inputs(wildcards):
     if config["cdv"]["baselines"]["enabled"]:
         inputs["baselines"] = f"{cell}/baselines.jsonl"
     return inputs
+
+
+# A model's answers to a dataset's original questions, asked once for every cell (rule cdv_eval_originals;
+# kind: eval, or mitigation under the focus instruction).
+CDV_ORIGINALS = "results/cdv/{dataset}/originals/{kind}/{model}"
+
+
+def cdv_originals_file(kind):
+    """The shared originals that a cell's `kind` evaluation (eval or mitigation) of `{model}` reads."""
+    return (
+        lambda w: CDV_ORIGINALS.format(dataset=w.dataset, kind=kind, model=w.model)
+        + ".jsonl"
+    )
+
+
+def cdv_originals_questions(wildcards):
+    """The question files of the dataset's cells that evaluate `{model}`: rule cdv_eval_originals asks their
+    union (the samples are nested: the largest one)."""
+    return sorted(
+        {
+            cdv_cell_questions(
+                SimpleNamespace(dataset=wildcards.dataset, proxy=p, victim=v)
+            )
+            for p, v in cdv_cell_specs()
+            if wildcards.model in cdv_eval_models(v, p)
+        }
+    )
 
 
 def cdv_cell_files(name):

@@ -28,7 +28,19 @@ def cost_inputs(wildcards):
             inputs[f"{dataset}_{source}"] = table
     for dataset in cost_cdv_datasets():
         inputs[f"cdv_{dataset}"] = CDV_QUESTIONS.format(dataset=dataset)
+    if cost_cdv_datasets() and cdv_prompt_file():
+        inputs["cdv_prompt_file"] = cdv_prompt_file()[0]
+    for name in cost_cdv_benchmarks():
+        if name != CDV_DPO_HELDOUT:  # the held-out split is bounded from the searches
+            inputs[f"cdv_benchmark_{name}"] = cdv_benchmark_files()[name]
     return inputs
+
+
+def cost_cdv_benchmarks():
+    """Benchmark name -> the models rule cdv_benchmark evaluates on it (the DPO comparison rows too)."""
+    if not cost_cdv_datasets():
+        return {}
+    return {name: cdv_benchmark_models(name) for name in sorted(cdv_benchmark_files())}
 
 
 def cost_cdv_datasets():
