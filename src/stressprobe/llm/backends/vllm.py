@@ -129,6 +129,7 @@ class VllmBackend(Backend):
         self.batch_size = int(entry.get("batch_size", BATCH_SIZE))
         args = engine_args(entry)
         self.max_model_len = args["max_model_len"]
+        log.info("%s: loading %s in vLLM", name, args["model"])
         try:
             self.llm = vllm.LLM(**args)
         except Exception as exc:  # a config, memory or engine-start failure: vLLM raises many kinds
