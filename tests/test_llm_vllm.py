@@ -175,9 +175,10 @@ class ValidationError(Exception):
 def test_a_prompt_longer_than_max_model_len_stops_the_job_naming_the_key(tmp_path, monkeypatch):
     calls: dict = {}
     module = fake_vllm(calls)
-    message = (
-        "The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make sure that "
-        "`max_model_len` is no smaller than the number of text tokens."
+    message = (  # as vLLM 0.32's LLM.chat words it
+        "This model's maximum context length is 4096 tokens. However, your prompt contains 5000 input tokens, "
+        "which exceeds this limit even without any output tokens. Please reduce the length of the input "
+        "prompt. (parameter=input_tokens, value=5000)"
     )
 
     def refuse(self, conversations, **kwargs):

@@ -184,7 +184,7 @@ def test_a_prompt_longer_than_max_model_len_stops_the_job_and_the_fixed_rerun_pa
     assert line.startswith("error: config models.gpu.max_model_len: a prompt does not fit in 512 tokens ("), (
         line
     )
-    assert "is longer than the maximum model length of 512" in line and "job's log" in line, line
+    assert "maximum context length is 512 tokens" in line and "job's log" in line, line
     assert JUDGE_LOG in proc.stderr and line.removeprefix("error: ") in (workdir / JUDGE_LOG).read_text()
     assert "Traceback" not in proc.stderr
     assert not [p for p in (workdir / "results/judging/tiny/judgments").rglob("*") if p.is_file()]

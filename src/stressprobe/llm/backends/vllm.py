@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,10 @@ def parse_output(output: Any, request: Request) -> Response:
     )
 
 
+# vLLM's refusals of a prompt that does not fit: its renderer's ("maximum context length", what LLM.chat
+# raises in 0.32) and its input processor's ("maximum model length").
+TOO_LONG = re.compile(r"maximum (context|model) length")
+
 # Requests per `chat` call: enough for vLLM to fill a GPU's batch, few enough that a killed job loses little.
 BATCH_SIZE = 512
 
@@ -168,7 +173,7 @@ class VllmBackend(Backend):
         quietly drop the longest inputs from the results. Answers already committed stay in the cache."""
         log.error("%s: vLLM failed on a call of %d requests", self.name, count, exc_info=exc)
         reason = one_line_tail(str(exc), 1) or type(exc).__name__
-        if "maximum model length" in reason:
+        if TOO_LONG.search(reason):
             return StressprobeError(
                 f"config models.{self.name}.max_model_len: a prompt does not fit in {self.max_model_len} tokens "
                 f"({reason}); raise models.{self.name}.max_model_len (up to the model's context length) or "
