@@ -2,8 +2,10 @@
 environment tests/support/vllm_env.py makes, with SmolLM2-135M converted from the demo's GGUF.
 
 An engine load costs about a minute on 2 cores (eager, small KV cache: the registry's `enforce_eager` and
-`kv_cache_memory_bytes`), so the tests share loads: one workflow run judges every cell (module fixture), and
-one job script serves the model, asks it, and answers the same requests in-process. The stand-in vllm package
+`kv_cache_memory_bytes`), so the tests share loads: one workflow run judges every cell (module fixture) and
+is also the uninterrupted run the killed-and-resumed one is compared with, and one job script serves the
+model, asks it, and answers the same requests in-process. The engine's loads and requests are counted from
+the backend's own log lines (tests/support/vllm_real.py::engine_log). The stand-in vllm package
 (tests/support/vllm_standin) is left to what needs GPUs: several GPUs per job and tensor parallelism.
 """
 
@@ -107,7 +109,7 @@ def test_the_job_log_says_what_the_job_did_after_importing_vllm(judged):
     # later record, so the log ended at vLLM's import notices.
     workdir, proc = judged
     assert proc.returncode == 0, proc.stderr[-6000:]
-    log = (workdir / "results/logs/judging/tiny/judge/gpu.log").read_text()
+    log = (workdir / JUDGE_LOG).read_text()
     for condition in CONDITIONS:
         assert f"tiny/gpu {condition}: {{'pairs': {PAIRS}" in log
     assert "stressprobe.progress: gpu finished" in log

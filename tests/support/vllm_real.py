@@ -37,7 +37,7 @@ def engine_entry(model: Path | str, **settings) -> dict:
 
 def env_command(python: Path, workdir: Path, config: Path, *targets: str) -> list[str]:
     """Snakemake from the vLLM environment (its jobs then run there too), with one GPU slot for vLLM jobs."""
-    command = snakemake_command(workdir, config, "--resources", "gpu=1", *targets)
+    command = snakemake_command(workdir, config, *targets, "--resources", "gpu=1")  # (takes what follows)
     command[0] = str(python)
     return command
 

@@ -171,14 +171,14 @@ class VllmBackend(Backend):
     def refused(self, exc: Exception, count: int) -> StressprobeError:
         """The job stops: a prompt that does not fit fails on every rerun, and an error record for it would
         quietly drop the longest inputs from the results. Answers already committed stay in the cache."""
-        log.error("%s: vLLM failed on a call of %d requests", self.name, count, exc_info=exc)
         reason = one_line_tail(str(exc), 1) or type(exc).__name__
-        if TOO_LONG.search(reason):
+        if TOO_LONG.search(reason):  # (vLLM's message says it all: no traceback)
             return StressprobeError(
                 f"config models.{self.name}.max_model_len: a prompt does not fit in {self.max_model_len} tokens "
                 f"({reason}); raise models.{self.name}.max_model_len (up to the model's context length) or "
                 "shorten the inputs; vLLM's messages are in the job's log"
             )
+        log.error("%s: vLLM failed on a call of %d requests", self.name, count, exc_info=exc)
         return StressprobeError(
             f"config models.{self.name}: vLLM failed on a call of {count} requests ({type(exc).__name__}: "
             f"{reason}); vLLM's messages and the traceback are in the job's log"
