@@ -180,7 +180,9 @@ def test_a_prompt_longer_than_max_model_len_stops_the_job_and_the_fixed_rerun_pa
     workdir = make_workdir(tmp_path / "w")
     small = {"models.gpu.max_model_len": 512}
     config = judging_config(workdir, model, **small, **{"personas.fixed.gap": LONG_PERSONA})
-    proc = run_in_env(python, workdir, config)
+    # The cells only: the analysis of cells without a parsed label is not this test's concern.
+    cells = [f"results/judging/tiny/judgments/gpu/{c}.jsonl" for c in CONDITIONS]
+    proc = run_in_env(python, workdir, config, *cells)
     assert proc.returncode != 0
     (line,) = error_lines(proc.stderr)
     assert line.startswith("error: config models.gpu.max_model_len: a prompt does not fit in 512 tokens ("), (
@@ -193,12 +195,12 @@ def test_a_prompt_longer_than_max_model_len_stops_the_job_and_the_fixed_rerun_pa
     assert len(cached_messages(workdir / "results/cache/llm")) == PAIRS  # the baseline cell's answers
 
     fixed = judging_config(workdir, model, **small, **{"personas.fixed.gap": "You are a strict assessor."})
-    proc = run_in_env(python, workdir, fixed)
+    proc = run_in_env(python, workdir, fixed, *cells)
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert engine_log(workdir / JUDGE_LOG)[1] == PAIRS
     usage = {u["calls_made"]: u["cache_hits"] for u in sidecars(workdir)}
     assert usage == {0: PAIRS, PAIRS: 0}  # baseline from the cache, gap asked
-    proc = run_in_env(python, workdir, fixed)
+    proc = run_in_env(python, workdir, fixed, *cells)
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
