@@ -11,6 +11,7 @@ import pytest
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, open_client
+from stressprobe.llm.cache import cache_key
 
 ENTRY = {"backend": "vllm", "model": "org/model-8b", "tensor_parallel_size": 2, "max_model_len": 4096}
 
@@ -146,3 +147,55 @@ def test_a_temperature_below_vllms_floor_is_decoded_greedily(tmp_path, monkeypat
     (params,) = calls["chat"][1][1]
     assert (params.kwargs["temperature"], params.kwargs["n"]) == (0.001, 2)
     assert not sampled.cached and sampled.texts == ["evaluate#0", "evaluate#1"]
+
+
+def test_requests_go_to_vllm_in_chunks_of_batch_size_each_cached_as_it_returns(tmp_path, monkeypatch):
+    calls: dict = {}
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(calls))
+    requests = [Request.chat(user=f"q{i}") for i in range(5)]
+    with open_client({"big": {**ENTRY, "batch_size": 2}}, "big", tmp_path / "c.sqlite") as client:
+        keys = [cache_key(client.backend.identity, r) for r in requests]
+        answer = client.backend.llm.chat
+        stored = []  # answers in the cache when each call is made
+
+        def chat(*args, **kwargs):
+            stored.append(len(client.cache.get_many(keys)))
+            return answer(*args, **kwargs)
+
+        client.backend.llm.chat = chat
+        client.generate(requests)
+    assert [len(c[0]) for c in calls["chat"]] == [2, 2, 1]
+    assert stored == [0, 2, 4]  # a chunk is committed before the next is asked
+
+
+class ValidationError(Exception):
+    """As vllm.exceptions.VLLMValidationError: no ValueError."""
+
+
+def test_a_prompt_longer_than_max_model_len_stops_the_job_naming_the_key(tmp_path, monkeypatch):
+    calls: dict = {}
+    module = fake_vllm(calls)
+    message = (  # as vLLM 0.32's LLM.chat words it
+        "This model's maximum context length is 4096 tokens. However, your prompt contains 5000 input tokens, "
+        "which exceeds this limit even without any output tokens. Please reduce the length of the input "
+        "prompt. (parameter=input_tokens, value=5000)"
+    )
+
+    def refuse(self, conversations, **kwargs):
+        calls.setdefault("chat", []).append(conversations)
+        raise ValidationError(message)
+
+    module.LLM.chat = refuse
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    with open_client({"big": ENTRY}, "big", tmp_path / "c.sqlite") as client:
+        with pytest.raises(StressprobeError) as raised:
+            client.generate([Request.chat(user="long"), Request.chat(user="short")])
+        assert str(raised.value) == (
+            f"config models.big.max_model_len: a prompt does not fit in 4096 tokens ({message}); raise "
+            "models.big.max_model_len (up to the model's context length) or shorten the inputs; vLLM's "
+            "messages are in the job's log"
+        )
+        assert len(calls["chat"]) == 1  # not asked again one by one
+        # The claims are released: the same requests can be asked again.
+        with pytest.raises(StressprobeError):
+            client.generate([Request.chat(user="long")])

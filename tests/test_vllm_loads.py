@@ -2,8 +2,10 @@
 a vLLM evaluator all its CDV cells (cdv_eval_vllm), and vLLM models that both search and evaluate are served
 side by side by one job per CDV dataset (cdv_vllm_served).
 
-vllm itself needs a GPU: the jobs import the stand-in package tests/support/vllm_standin/vllm, which logs every
-engine load and every batch of requests, so the test counts loads and calls per run.
+The dry runs need no vLLM. The in-process evaluation runs real vLLM (vLLM's CPU build, tests/support/
+vllm_real.py; judge_vllm's one load is tested in tests/test_vllm_real.py). The served job needs GPUs (two
+models on their own GPUs, one with tensor parallelism over two): its jobs import the stand-in package
+tests/support/vllm_standin/vllm, which logs every engine load and every request, so the test counts them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ import pytest
 import yaml
 
 from bench.bench_dag import job_counts
-from tests.support.api_workdir import judge_cell, run_workflow, write_api_config, write_judging_data
+from tests.support.api_workdir import (
+    KEY_ENV,
+    run_workflow,
+    write_api_config,
+    write_cdv_questions,
+    write_judging_data,
+)
 from tests.support.helpers import ROOT, make_workdir, run_snakemake
+from tests.support.openai_server import OpenAIServer
+from tests.support.vllm_real import engine_entry, engine_log, require, run_in_env
 
 STANDIN = ROOT / "tests" / "support" / "vllm_standin"
 CONDITIONS = ["baseline/umbrela", "fixed/evidence", "fixed/gap"]
@@ -71,44 +81,12 @@ def test_dry_run_plans_one_vllm_job_per_dataset_and_one_job_per_cell_for_the_oth
     assert "judge_vllm" not in counts and counts["judge"] == str(2 * len(CONDITIONS))
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
-def test_one_load_writes_every_cell_and_reruns_pay_only_for_what_changed(tmp_path, standin):
-    workdir = make_workdir(tmp_path / "w")
-    write_judging_data(workdir)
-    config = vllm_config(workdir)
-    gap = judge_cell(workdir, "fixed/gap", model="gpu")
-    # A target of one cell: the job writes all cells of (dataset, model), loading the model once.
-    run_workflow(workdir, config, str(gap["judgments"].relative_to(workdir)))
-    loads = [e for e in events(standin) if e["event"] == "load"]
-    assert len(loads) == 1
-    assert sum(e["requests"] for e in events(standin) if e["event"] == "chat") == PAIRS * len(CONDITIONS)
-    for condition in CONDITIONS:
-        cell = judge_cell(workdir, condition, model="gpu")
-        usage = json.loads(cell["usage"].read_text())
-        assert usage["calls_made"] == PAIRS and usage["cache_hits"] == 0, condition
-        assert len(cell["judgments"].read_text().splitlines()) == PAIRS
-
-    # Every sibling is a target of its own and is up to date: nothing runs.
-    evidence = judge_cell(workdir, "fixed/evidence", model="gpu")
-    proc = run_workflow(workdir, config, str(evidence["judgments"].relative_to(workdir)))
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-    assert len([e for e in events(standin) if e["event"] == "load"]) == 1
-
-    # A config change of one cell (the gap persona's text) reruns the job once; only that cell costs calls.
-    edited = vllm_config(workdir, **{"personas.fixed.gap": "You are a strict assessor who reads every word."})
-    run_workflow(workdir, edited, str(gap["judgments"].relative_to(workdir)))
-    later = events(standin)
-    assert len([e for e in later if e["event"] == "load"]) == 2
-    assert sum(e["requests"] for e in later if e["event"] == "chat") == PAIRS * (len(CONDITIONS) + 1)
-    assert json.loads(gap["usage"].read_text())["calls_made"] == PAIRS
-    assert json.loads(evidence["usage"].read_text())["cache_hits"] == PAIRS
-
-
-@pytest.mark.slow
-def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path, standin):
-    from tests.support.api_workdir import write_cdv_questions
-    from tests.support.openai_server import OpenAIServer
-
+@pytest.mark.timeout(3600)
+def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path):
+    """On real vLLM (tests/support/vllm_real.py): one job evaluates both search cells' questions."""
+    python, model = require()
     workdir = make_workdir(tmp_path / "w")
     write_cdv_questions(workdir)
     cells = [{"proxy": "api", "victim": "api"}, {"proxy": "api", "victim": "api2"}]
@@ -116,7 +94,7 @@ def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path, standin):
         config = write_api_config(workdir, server.base_url)
         data = yaml.safe_load(config.read_text())
         data["models"]["api2"] = {**data["models"]["api"], "model": "test-model-2"}
-        data["models"]["gpu"] = {"backend": "vllm", "model": "org/eval-27b", "gpus": 1}
+        data["models"]["gpu"] = engine_entry(model)
         data["cdv"]["cells"] = cells
         data["cdv"]["eval_models"] = ["gpu"]
         data["judging"]["models"] = ["api"]
@@ -126,17 +104,19 @@ def test_one_load_evaluates_every_cdv_cell_of_a_dataset(tmp_path, standin):
             for c in cells
             for kind in ("eval", "mitigation")
         ]
-        run_workflow(workdir, config, *targets)
-    assert len([e for e in events(standin) if e["event"] == "load"]) == 1
+        proc = run_in_env(python, workdir, config, *targets, env={KEY_ENV: "sk-test-unused"})
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert job_counts(proc.stdout + proc.stderr)["cdv_eval_vllm"] == 1
+    loads, asked = engine_log(workdir / "results/logs/cdv/eval/tinyqa/gpu.log")
     calls = 0
     for target in targets:
         records = [json.loads(line) for line in (workdir / target).read_text().splitlines()]
         usage = json.loads((workdir / target).with_suffix(".usage.json").read_text())
         # Each output's sidecar counts its own questions: one request per record, made or from the cache.
-        assert records and usage["model"] == "gpu", target
+        assert records and (usage["model"], usage["backend"]) == ("gpu", "vllm"), target
         assert usage["calls_made"] + usage["cache_hits"] == len(records), target
         calls += usage["calls_made"]
-    assert calls == sum(e["requests"] for e in events(standin) if e["event"] == "chat")
+    assert (loads, asked) == (1, calls)  # one engine load; every request it was asked is in a sidecar
 
 
 SERVED_CELLS = [{"proxy": "gpu-a", "victim": "gpu-a"}, {"proxy": "gpu-b", "victim": "gpu-b"}]
@@ -174,8 +154,6 @@ def served_files() -> list[str]:
 
 
 def test_dry_run_plans_one_served_job_per_dataset_and_none_when_switched_off(tmp_path):
-    from tests.support.api_workdir import write_cdv_questions
-
     workdir = make_workdir(tmp_path / "w")
     write_cdv_questions(workdir)
     config = served_config(workdir, "http://127.0.0.1:9/v1")
@@ -200,9 +178,6 @@ def test_dry_run_plans_one_served_job_per_dataset_and_none_when_switched_off(tmp
 
 @pytest.mark.slow
 def test_one_served_job_loads_each_model_once_for_its_searches_and_evaluations(tmp_path, standin):
-    from tests.support.api_workdir import write_cdv_questions
-    from tests.support.openai_server import OpenAIServer
-
     workdir = make_workdir(tmp_path / "w")
     write_cdv_questions(workdir)
     files = served_files()

@@ -2,8 +2,10 @@
 environment tests/support/vllm_env.py makes, with SmolLM2-135M converted from the demo's GGUF.
 
 An engine load costs about a minute on 2 cores (eager, small KV cache: the registry's `enforce_eager` and
-`kv_cache_memory_bytes`), so the tests share loads: one workflow run judges every cell (module fixture), and
-one job script serves the model, asks it, and answers the same requests in-process. The stand-in vllm package
+`kv_cache_memory_bytes`), so the tests share loads: one workflow run judges every cell (module fixture) and
+is also the uninterrupted run the killed-and-resumed one is compared with, and one job script serves the
+model, asks it, and answers the same requests in-process. The engine's loads and requests are counted from
+the backend's own log lines (tests/support/vllm_real.py::engine_log). The stand-in vllm package
 (tests/support/vllm_standin) is left to what needs GPUs: several GPUs per job and tensor parallelism.
 """
 
@@ -20,58 +22,60 @@ import pytest
 
 from stressprobe.persona.prompts import parse_label
 from tests.support import vllm_env
-from tests.support.api_workdir import error_lines, write_api_config, write_judging_data
-from tests.support.helpers import make_workdir, snakemake_command
+from tests.support.api_workdir import (
+    cached_messages,
+    error_lines,
+    kill_group,
+    wait_until,
+    write_api_config,
+    write_judging_data,
+)
+from tests.support.helpers import make_workdir
+from tests.support.vllm_real import RUN_TIMEOUT_S, engine_entry, engine_log, env_command, require, run_in_env
 
 # A bound, not a target: the first test may also make the environment (≈ 25 min on 2 busy cores).
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 CONDITIONS = ["baseline/umbrela", "fixed/gap"]
-PAIRS = 3  # one query, three passages
-RUN_TIMEOUT_S = 1200  # a bound, never reached on a healthy run (≈ 3 min on 2 busy cores)
+PAIRS = 4  # one query, four passages
+BATCH = 2  # requests per LLM.chat call: each cell is two calls, each cached as it returns
+JUDGE_LOG = "results/logs/judging/tiny/judge/gpu.log"
 
 
 @pytest.fixture(scope="module")
 def env():
-    """(python, model folder) of the real-vLLM environment; made on first use, skipped where it cannot be."""
-    reason = vllm_env.unsupported()
-    if reason:
-        pytest.skip(f"real vLLM: {reason}")
-    return vllm_env.ensure()
+    return require()
 
 
-def engine_entry(model: Path | str) -> dict:
-    """A vllm registry entry for the converted model, sized for a 2-core CPU machine."""
-    return {
-        "backend": "vllm",
-        "model": str(model),
-        "max_model_len": 2048,
-        "enforce_eager": True,
-        "kv_cache_memory_bytes": 1 << 28,
-    }
-
-
-def judging_config(workdir: Path, model: Path | str) -> Path:
+def judging_config(workdir: Path, model: Path | str, **edits) -> Path:
     write_judging_data(workdir, queries=1, passages=PAIRS)
     return write_api_config(
         workdir,
         None,
         {
-            "models.gpu": engine_entry(model),
+            "models.gpu": engine_entry(model, batch_size=BATCH),
             "judging.models": ["gpu"],
             "judging.conditions": CONDITIONS,
             "cdv.enabled": False,
+            **edits,
         },
     )
 
 
-def run_in_env(python: Path, workdir: Path, config: Path, *targets: str) -> subprocess.CompletedProcess:
-    """Snakemake from the vLLM environment (its jobs then run there too), with one GPU slot for vLLM jobs."""
-    command = snakemake_command(workdir, config, "--resources", "gpu=1", *targets)
-    command[0] = str(python)
-    return subprocess.run(
-        command, capture_output=True, text=True, env=vllm_env.job_env(), timeout=RUN_TIMEOUT_S
-    )
+def judgments(workdir: Path) -> dict[str, bytes]:
+    """Every judge cell's output (records and summary; not the usage sidecars, whose counts differ)."""
+    base = workdir / "results/judging/tiny/judgments"
+    return {
+        str(p.relative_to(base)): p.read_bytes()
+        for p in sorted(base.rglob("*"))
+        if p.is_file() and not p.name.endswith(".usage.json")
+    }
+
+
+def sidecars(workdir: Path) -> list[dict]:
+    return [
+        json.loads(p.read_text()) for p in (workdir / "results/judging/tiny/judgments").rglob("*.usage.json")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +109,13 @@ def test_the_job_log_says_what_the_job_did_after_importing_vllm(judged):
     # later record, so the log ended at vLLM's import notices.
     workdir, proc = judged
     assert proc.returncode == 0, proc.stderr[-6000:]
-    log = (workdir / "results/logs/judging/tiny/judge/gpu.log").read_text()
+    log = (workdir / JUDGE_LOG).read_text()
     for condition in CONDITIONS:
         assert f"tiny/gpu {condition}: {{'pairs': {PAIRS}" in log
     assert "stressprobe.progress: gpu finished" in log
+    # One engine load for every cell; each cell's pairs handed over BATCH at a time.
+    assert engine_log(workdir / JUDGE_LOG) == (1, PAIRS * len(CONDITIONS))
+    assert log.count(f"vllm: gpu: {BATCH} requests to vLLM") == PAIRS * len(CONDITIONS) // BATCH
     assert " vllm." in log.split("stressprobe: job: rule judge_vllm", 1)[1]  # vLLM's own records too
 
 
@@ -122,8 +129,79 @@ def test_a_model_folder_that_does_not_exist_is_one_error_line(env, tmp_path):
         f"error: config models.gpu.model: {missing} is not a folder; give the folder of a model in Hugging "
         "Face format or a Hugging Face id"
     ]
-    assert "results/logs/judging/tiny/judge/gpu.log" in proc.stderr
+    assert JUDGE_LOG in proc.stderr
     assert not [p for p in (workdir / "results/judging/tiny/judgments").rglob("*") if p.is_file()]
+
+
+def test_a_job_killed_between_its_vllm_calls_resumes_without_asking_again(env, judged, tmp_path):
+    """kill -9 once the first LLM.chat call's answers are cached; the rerun asks vLLM only the rest, and
+    writes what the uninterrupted run (the `judged` fixture, same config) wrote."""
+    python, model = env
+    workdir = make_workdir(tmp_path / "w")
+    config = judging_config(workdir, model)
+    cache = workdir / "results/cache/llm"
+    total = PAIRS * len(CONDITIONS)
+    run = subprocess.Popen(
+        env_command(python, workdir, config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=vllm_env.job_env(),
+        start_new_session=True,
+    )
+    wait_until(lambda: cache.exists() and len(cached_messages(cache)) >= BATCH, run, timeout=RUN_TIMEOUT_S)
+    kill_group(run)
+    done = len(cached_messages(cache))
+    assert BATCH <= done < total, f"the kill did not land between the job's vLLM calls ({done} of {total})"
+    for cell in (workdir / "results/judging/tiny/judgments").rglob("*.jsonl"):  # (atomic writes)
+        assert len(cell.read_text().splitlines()) == PAIRS, cell
+
+    # As after a crashed node: unlock, run again.
+    assert run_in_env(python, workdir, config, "--unlock").returncode == 0
+    proc = run_in_env(python, workdir, config)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert engine_log(workdir / JUDGE_LOG)[1] == total - done  # what vLLM was asked on the rerun
+    usage = sidecars(workdir)
+    assert sum(u["calls_made"] for u in usage) == total - done
+    assert sum(u["cache_hits"] for u in usage) == done
+    assert judgments(workdir) == judgments(judged[0])
+
+
+# Longer than max_model_len with the judge prompt around it; the baseline's prompts fit.
+LONG_PERSONA = "You are a strict assessor who reads every word of the passage. " * 60
+
+
+def test_a_prompt_longer_than_max_model_len_stops_the_job_and_the_fixed_rerun_pays_only_the_rest(
+    env, tmp_path
+):
+    """One error line naming the model's max_model_len key and the log, no output left; the baseline cell's
+    answers, asked before, stay cached: the rerun with a persona that fits asks vLLM only the gap cell."""
+    python, model = env
+    workdir = make_workdir(tmp_path / "w")
+    small = {"models.gpu.max_model_len": 512}
+    config = judging_config(workdir, model, **small, **{"personas.fixed.gap": LONG_PERSONA})
+    # The cells only: the analysis of cells without a parsed label is not this test's concern.
+    cells = [f"results/judging/tiny/judgments/gpu/{c}.jsonl" for c in CONDITIONS]
+    proc = run_in_env(python, workdir, config, *cells)
+    assert proc.returncode != 0
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith("error: config models.gpu.max_model_len: a prompt does not fit in 512 tokens ("), (
+        line
+    )
+    assert "maximum context length is 512 tokens" in line and "job's log" in line, line
+    assert JUDGE_LOG in proc.stderr and line.removeprefix("error: ") in (workdir / JUDGE_LOG).read_text()
+    assert "Traceback" not in proc.stderr
+    assert not [p for p in (workdir / "results/judging/tiny/judgments").rglob("*") if p.is_file()]
+    assert len(cached_messages(workdir / "results/cache/llm")) == PAIRS  # the baseline cell's answers
+
+    fixed = judging_config(workdir, model, **small, **{"personas.fixed.gap": "You are a strict assessor."})
+    proc = run_in_env(python, workdir, fixed, *cells)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert engine_log(workdir / JUDGE_LOG)[1] == PAIRS
+    usage = {u["calls_made"]: u["cache_hits"] for u in sidecars(workdir)}
+    assert usage == {0: PAIRS, PAIRS: 0}  # baseline from the cache, gap asked
+    proc = run_in_env(python, workdir, fixed, *cells)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
 SERVED_JOB = """

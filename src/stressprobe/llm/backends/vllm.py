@@ -2,9 +2,10 @@
 answering from a vLLM server that the job started itself (stressprobe.llm.serving).
 
 vllm is an optional extra (`pip install stressprobe[vllm]` on a GPU node) and is imported only when a
-vllm model is opened. All claimed requests go to vLLM in one `chat` call (continuous batching, prefix
-caching); the client hands over `batch_size` requests at a time so each chunk is committed to the cache
-as soon as it is done.
+vllm model is opened. The client hands over `batch_size` requests (`models.<name>.batch_size`, 512 by
+default) per `chat` call, which vLLM batches continuously with prefix caching, and commits each call's answers
+to the cache when it returns, before the next is asked: a killed job loses at most one call's work. A request
+vLLM refuses (a prompt longer than `max_model_len`) stops the job with one line naming the config key.
 
 An entry that carries `served_base_url` (set at run time by `serving.serve_models`, never by a config file)
 is answered over HTTP by the OpenAI backend's machinery instead, with the same `vllm` identity in the cache
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,18 +114,29 @@ def parse_output(output: Any, request: Request) -> Response:
     )
 
 
+# vLLM's refusals of a prompt that does not fit: its renderer's ("maximum context length", what LLM.chat
+# raises in 0.32) and its input processor's ("maximum model length").
+TOO_LONG = re.compile(r"maximum (context|model) length")
+
+# Requests per `chat` call: enough for vLLM to fill a GPU's batch, few enough that a killed job loses little.
+BATCH_SIZE = 512
+
+
 class VllmBackend(Backend):
     """A vllm.LLM engine; requests are answered in chunks of `batch_size`."""
 
     kind = "vllm"
-    batch_size = 512
 
     def __init__(self, name: str, entry: dict[str, Any], identity: dict[str, Any], vllm: Any) -> None:
         super().__init__(name, identity)
         self._vllm = vllm
         self.tiny_temperature = entry.get("tiny_temperature", "greedy")
+        self.batch_size = int(entry.get("batch_size", BATCH_SIZE))
+        args = engine_args(entry)
+        self.max_model_len = args["max_model_len"]
+        log.info("%s: loading %s in vLLM", name, args["model"])
         try:
-            self.llm = vllm.LLM(**engine_args(entry))
+            self.llm = vllm.LLM(**args)
         except Exception as exc:  # a config, memory or engine-start failure: vLLM raises many kinds
             reason = one_line_tail(str(exc), 1) or type(exc).__name__
             raise StressprobeError(
@@ -142,6 +155,7 @@ class VllmBackend(Backend):
             return responses  # type: ignore[return-value]
         conversations = [r.message_dicts() for r in requests]
         params = [sampling_params(self._vllm, as_decoded(r, self.tiny_temperature)) for r in requests]
+        log.info("%s: %d requests to vLLM", self.name, len(requests))
         try:
             outputs = self.llm.chat(
                 conversations,
@@ -150,13 +164,25 @@ class VllmBackend(Backend):
                 add_generation_prompt=not prefilled,
                 continue_final_message=bool(prefilled),
             )
-        except (ValueError, RuntimeError) as exc:
-            # A bad prompt (e.g. longer than max_model_len) fails the batch: answer one by one to isolate it.
-            if len(requests) == 1:
-                return [Response.failure(f"{self.name}: {type(exc).__name__}: {str(exc)[:200]}")]
-            log.warning("%s: batch of %d failed (%s); retrying one by one", self.name, len(requests), exc)
-            return [self.complete([r])[0] for r in requests]
+        except Exception as exc:  # vLLM's VLLMValidationError is no ValueError; an engine failure is any kind
+            raise self.refused(exc, len(requests)) from exc
         return [parse_output(o, r) for o, r in zip(outputs, requests, strict=True)]
+
+    def refused(self, exc: Exception, count: int) -> StressprobeError:
+        """The job stops: a prompt that does not fit fails on every rerun, and an error record for it would
+        quietly drop the longest inputs from the results. Answers already committed stay in the cache."""
+        reason = one_line_tail(str(exc), 1) or type(exc).__name__
+        if TOO_LONG.search(reason):  # (vLLM's message says it all: no traceback)
+            return StressprobeError(
+                f"config models.{self.name}.max_model_len: a prompt does not fit in {self.max_model_len} tokens "
+                f"({reason}); raise models.{self.name}.max_model_len (up to the model's context length) or "
+                "shorten the inputs; vLLM's messages are in the job's log"
+            )
+        log.error("%s: vLLM failed on a call of %d requests", self.name, count, exc_info=exc)
+        return StressprobeError(
+            f"config models.{self.name}: vLLM failed on a call of {count} requests ({type(exc).__name__}: "
+            f"{reason}); vLLM's messages and the traceback are in the job's log"
+        )
 
 
 def open_served_backend(name: str, entry: dict[str, Any]) -> ServedVllmBackend:

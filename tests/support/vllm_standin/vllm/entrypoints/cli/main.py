@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     def respond(body: dict, index: int) -> str:
         if index == 0:
             record({"event": "chat", "model": args.model, "requests": 1, "served": True})
-        return answer(body["messages"])[0]
+        return answer(body["messages"])
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
