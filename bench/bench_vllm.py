@@ -35,7 +35,7 @@ from stressprobe.llm.cache import iter_records
 from tests.support import vllm_env
 from tests.support.api_workdir import write_api_config, write_judging_data
 from tests.support.helpers import make_workdir, snakemake_command
-from tests.test_vllm_real import engine_entry
+from tests.support.vllm_real import engine_entry
 
 TARGET = 0.95
 CONDITIONS = ["baseline/umbrela", "fixed/gap", "fixed/evidence"]
