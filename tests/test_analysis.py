@@ -360,3 +360,17 @@ def test_real_dl20_condition_equal_to_human_gives_identical_rankings(tmp_path):
     assert (ranking["τ-b"] == 1.0).all() and ranking["RBO"].to_numpy() == pytest.approx(1.0)
     displacement = system_tables.displacement_frame(systems)
     assert len(displacement) == 39 and (displacement["delta_rank"] == 0).all()
+
+
+def test_the_persona_source_table_of_no_cell_is_empty_with_its_columns():
+    # Every answer unparsed leaves no κ and no ranking; the table is then empty, not a KeyError.
+    kappa = pd.DataFrame(columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"])
+    systems = pd.DataFrame(columns=["dataset", "model", "condition", "run", "ndcg"])
+    table = system_tables.persona_source_table(
+        judgment_tables.kappa_agreement_table(kappa),
+        judgment_tables.win_rate_significance_table(kappa),
+        system_tables.ranking_agreement_table(systems, 0.9),
+        system_tables.displacement_frame(systems),
+    )
+    assert table.empty
+    assert list(table.columns[:4]) == ["dataset", "model", "role", "κ vs UMBRELA PH"]

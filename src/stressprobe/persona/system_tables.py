@@ -262,18 +262,23 @@ def persona_source_table(
     merged = parts[0].astype({c: str for c in CELL})
     for part in parts[1:]:
         merged = merged.merge(part.astype({c: str for c in CELL}), on=CELL, how="left")
-    source_role = merged["condition"].str.split("/", n=1, expand=True)
-    merged = merged.assign(source=source_role[0], role=source_role[1])
+    # (not expand=True: with no cell at all, e.g. no answer parsed, it has no columns to name)
+    source_role = merged["condition"].str.split("/", n=1)
+    merged = merged.assign(source=source_role.str[0], role=source_role.str[1])
     merged = merged[merged["source"].isin(RETRIEVED_SOURCES)]
+    metrics = [
+        (metric, source, f"{metric} {short}")
+        for metric in ("κ vs UMBRELA", "W%", "τ-b", "RBO", "mean |Δr|")
+        for source, short in zip(RETRIEVED_SOURCES, ("PH", "US"), strict=True)
+    ]
     rows = []
     for (dataset, model, role), block in merged.groupby(["dataset", "model", "role"], sort=False):
         row = {"dataset": dataset, "model": model, "role": role}
-        for metric in ("κ vs UMBRELA", "W%", "τ-b", "RBO", "mean |Δr|"):
-            for source, short in zip(RETRIEVED_SOURCES, ("PH", "US"), strict=True):
-                value = block.loc[block["source"] == source, metric]
-                row[f"{metric} {short}"] = value.iloc[0] if len(value) else math.nan
+        for metric, source, column in metrics:
+            value = block.loc[block["source"] == source, metric]
+            row[column] = value.iloc[0] if len(value) else math.nan
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["dataset", "model", "role", *(column for *_, column in metrics)])
 
 
 def write_ranking_agreement(systems: pd.DataFrame, phi: float, stem: str) -> None:
