@@ -29,7 +29,8 @@ class Backend:
         return list(range(len(requests)))
 
     def complete(self, requests: list[Request]) -> list[Response]:
-        """Answer each request; a failed one is a Response with `error` set, never an exception."""
+        """Answer each request; a failed call is a Response with `error` set. Input no rerun can mend (vLLM: a
+        prompt longer than `max_model_len`) raises StressprobeError naming the config key instead."""
         raise NotImplementedError
 
     def close(self) -> None:
