@@ -56,6 +56,8 @@ def cdv_config(workdir: Path, model: Path | str, cells: list[tuple[str, str]], *
                 "proxy_tries": 1,
                 "victim_max_tokens": 8,
                 "proxy_max_tokens": 32,
+                # The tiny questions are a few words: at the paper's 10 every added context is too long.
+                "length_ratio_max": 50,
             },
             "cdv.classifier": {"kind": "none"},
             "cdv.baselines.enabled": False,

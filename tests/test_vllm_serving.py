@@ -1,6 +1,7 @@
 """vLLM models served side by side inside one job (stressprobe.llm.serving), with the stand-in server
 tests/support/vllm_standin/vllm/entrypoints/cli/main.py: several servers on their own GPUs and tensor
-parallelism need GPUs (the real server, on the CPU, is tested in tests/test_vllm_real.py)."""
+parallelism need GPUs (the real server, on the CPU, is tested in tests/test_vllm_real.py and, under the
+workflow's cdv_vllm_served, in tests/test_vllm_cdv.py)."""
 
 from __future__ import annotations
 
