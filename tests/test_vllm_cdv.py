@@ -291,7 +291,7 @@ def parent_pid(pid: int) -> int:
 
 def test_the_served_job_stops_its_server_on_sigterm(served):
     python, workdir, config = served
-    (workdir / SERVED_LOG).unlink()  # the last run's; the job writes it anew
+    (workdir / SERVED_LOG).unlink(missing_ok=True)  # the last run's; the job writes it anew
     run_ = start(python, workdir, config, cell_files(workdir, SERVED))
     try:
         # Terminated once the server has answered some of the search's requests (they are in the cache).
@@ -316,7 +316,7 @@ def test_the_served_job_stops_its_server_on_sigterm(served):
 
 def test_the_served_job_searches_and_evaluates_and_stops_its_server(served):
     python, workdir, config = served
-    (workdir / SERVED_LOG).unlink()
+    (workdir / SERVED_LOG).unlink(missing_ok=True)
     proc = run(python, workdir, config, cell_files(workdir, SERVED))
     assert proc.returncode == 0, proc.stderr[-6000:]
     (pid,) = server_pids(workdir / SERVED_LOG)
