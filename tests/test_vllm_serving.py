@@ -1,6 +1,7 @@
 """vLLM models served side by side inside one job (stressprobe.llm.serving), with the stand-in server
 tests/support/vllm_standin/vllm/entrypoints/cli/main.py: several servers on their own GPUs and tensor
-parallelism need GPUs (the real server, on the CPU, is tested in tests/test_vllm_real.py)."""
+parallelism need GPUs (the real server, on the CPU, is tested in tests/test_vllm_real.py and, under the
+workflow's cdv_vllm_served, in tests/test_vllm_cdv.py)."""
 
 from __future__ import annotations
 
@@ -114,7 +115,9 @@ def test_a_server_that_exits_early_is_one_line_naming_the_model_and_its_log(stan
         pass
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith("models.small: the vLLM server exited with status 3 before answering")
+    assert message.startswith(
+        "config models.small: the vLLM server of org/small-27b exited with status 3 before answering"
+    )
     assert str(tmp_path / "job.small.server.log") in message and "failed to load org/small-27b" in message
 
 
@@ -122,7 +125,8 @@ def test_a_server_that_does_not_answer_in_time_is_stopped(standin, tmp_path, mon
     monkeypatch.setenv("STRESSPROBE_VLLM_STANDIN_DELAY_S", "30")
     with (
         pytest.raises(
-            StressprobeError, match=r"models.small: the vLLM server did not answer .*/health within 0.5 s"
+            StressprobeError,
+            match=r"models.small: the vLLM server of org/small-27b did not answer .*/health within 0.5 s",
         ),
         serve_models(MODELS, ["small"], tmp_path / "job", seed=0, ready_timeout_s=0.5, grace_s=5),
     ):
@@ -186,3 +190,22 @@ def test_servers_stop_when_the_job_is_terminated(standin, tmp_path):
     (load,) = [e for e in events(standin) if e["event"] == "load"]
     with pytest.raises(ProcessLookupError):
         os.kill(load["pid"], 0)
+
+
+def test_the_reason_a_server_gives_is_its_last_exception_not_a_frame(tmp_path):
+    from stressprobe.llm.serving import log_tail
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        "(APIServer pid=7) INFO loading\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n    raise ValueError(...)\n'
+        "pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+        "  Value error, max_model_len (100000) is too long\n"
+        "    For further information visit https://errors.pydantic.dev\n"
+    )
+    assert log_tail(log) == (
+        "pydantic_core.ValidationError: 1 validation error for ModelConfig | Value error, max_model_len "
+        "(100000) is too long | For further information visit https://errors.pydantic.dev"
+    )
+    log.write_text("line 1\n\nline 2\n")  # no exception: the last lines
+    assert log_tail(log) == "line 1 | line 2"

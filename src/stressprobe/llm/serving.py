@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,9 +46,10 @@ SERVED_URL_KEY = "served_base_url"
 
 @dataclass
 class Server:
-    """One running server: its model, where it listens, its GPUs, its log and process."""
+    """One running server: its registry name and model, where it listens, its GPUs, its log and process."""
 
     name: str
+    model: str
     port: int
     gpus: list[str]
     log_path: Path
@@ -124,12 +126,22 @@ def server_command(entry: Mapping[str, Any], port: int, seed: int, python: str =
     return [*command, "--generation-config", "vllm", "--seed", str(int(seed))]
 
 
+# A Python exception's own line in a server log ("pkg.SomeError: why"), also behind vLLM's process prefix.
+EXCEPTION_LINE = re.compile(r"^(\(\w+ pid=\d+\) )?[\w.]*(Error|Exception)\b")
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a server log, joined into one line."""
+    """Why a server stopped, in one line: the last exception its log reports (with the lines that go on
+    explaining it), else the log's last lines; a traceback's frames would say less."""
     try:
-        return one_line_tail(path.read_text(encoding="utf-8", errors="replace"), lines)
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(kept) if EXCEPTION_LINE.match(line)]
+    if starts:
+        return one_line_tail("\n".join(kept[starts[-1] : starts[-1] + lines]), lines)
+    return one_line_tail(text, lines)
 
 
 def start_server(
@@ -162,20 +174,22 @@ def start_server(
         env["CUDA_VISIBLE_DEVICES"],
         log_path,
     )
-    return Server(name, port, gpus, log_path, process)
+    return Server(name, str(entry["model"]), port, gpus, log_path, process)
 
 
 def wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S, poll_s: float = POLL_S) -> None:
-    """Block until the server answers GET /health; a server that exits or stays silent is one error line."""
+    """Block until the server answers GET /health; a server that exits or stays silent is one error line
+    naming its config key, its model and its log."""
     url = server.base_url.removesuffix("/v1") + "/health"
+    what = f"config models.{server.name}: the vLLM server of {server.model}"
     deadline = time.monotonic() + timeout_s
     while True:
         status = server.process.poll()
         if status is not None:
             tail = log_tail(server.log_path)
             raise StressprobeError(
-                f"models.{server.name}: the vLLM server exited with status {status} before answering; "
-                f"see {server.log_path}" + (f": {tail}" if tail else "")
+                f"{what} {exit_reason(status)} before answering {url}; see {server.log_path}"
+                + (f": {tail}" if tail else "")
             )
         try:
             if httpx.get(url, timeout=poll_s).status_code == 200:
@@ -184,10 +198,18 @@ def wait_ready(server: Server, timeout_s: float = READY_TIMEOUT_S, poll_s: float
             pass
         if time.monotonic() >= deadline:
             raise StressprobeError(
-                f"models.{server.name}: the vLLM server did not answer {url} within {timeout_s:g} s; "
-                f"see {server.log_path}"
+                f"{what} did not answer {url} within {timeout_s:g} s; see {server.log_path}"
             )
         time.sleep(poll_s)
+
+
+def exit_reason(status: int) -> str:
+    """How a process ended, from its Popen return code (negative: the signal that killed it)."""
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {-status} ({signal.Signals(-status).name})"
+        return f"was killed by signal {-status}"
+    return f"exited with status {status}"
 
 
 def stop_servers(servers: list[Server], grace_s: float = GRACE_S) -> None:
@@ -262,6 +284,7 @@ def _sigterm_as_exit() -> Iterator[None]:
         return
 
     def leave(signum: int, _frame: Any) -> None:
+        log.warning("%s: stopping the vLLM servers and leaving", signal.Signals(signum).name)
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, leave)
