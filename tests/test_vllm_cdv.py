@@ -21,11 +21,17 @@ import yaml
 
 from stressprobe.llm.cache import iter_records
 from tests.support.api_workdir import error_lines, write_api_config, write_cdv_questions
-from tests.support.helpers import make_workdir, snakemake_command
+from tests.support.helpers import make_workdir
 from tests.support.vllm_env import job_env
-from tests.test_vllm_real import engine_entry, env, server_pids  # noqa: F401 (env: the module fixture)
+from tests.support.vllm_real import alive, engine_entry, env_command, require, server_pids
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
+
+
+@pytest.fixture(scope="module")
+def env():
+    return require()
+
 
 DATASET = "tinyqa"  # tests/configs/api.yaml's, 2 questions (api_workdir.CDV_QUESTIONS)
 SAMPLES = 5
@@ -86,11 +92,7 @@ def cell_files(workdir: Path, cells: list[tuple[str, str]], model: str = "gpu") 
 
 
 def command(python: Path, workdir: Path, config: Path, targets: list[Path]) -> list[str]:
-    """Snakemake from the vLLM environment, one GPU slot (vLLM jobs one at a time)."""
-    args = [str(t.relative_to(workdir)) for t in targets]
-    line = snakemake_command(workdir, config, *args, "--resources", "gpu=1")
-    line[0] = str(python)
-    return line
+    return env_command(python, workdir, config, *(str(t.relative_to(workdir)) for t in targets))
 
 
 def run(python: Path, workdir: Path, config: Path, targets: list[Path]) -> subprocess.CompletedProcess:
@@ -126,15 +128,6 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def alive(pid: int) -> bool:
-    """Whether a process (not a zombie) has this pid."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
-
-
 def group_alive(pgid: int) -> list[int]:
     """The live processes of a process group (a server's session: its engine core and workers)."""
     found = []
@@ -165,7 +158,7 @@ CELLS = [("gpu", "gpu"), ("gpu-b", "gpu-b")]
 
 
 @pytest.fixture(scope="module")
-def in_process(env, tmp_path_factory):  # noqa: F811
+def in_process(env, tmp_path_factory):
     python, model = env
     workdir = make_workdir(tmp_path_factory.mktemp("cdv") / "w")
     config = cdv_config(workdir, model, CELLS, **{"cdv.eval.vllm_served": False})
@@ -251,7 +244,7 @@ SERVED_LOG = Path(f"results/logs/cdv/served/{DATASET}.log")
 
 
 @pytest.fixture(scope="module")
-def served(env, tmp_path_factory):  # noqa: F811
+def served(env, tmp_path_factory):
     """(python, workdir, config) of one served dataset job; the tests below run it in turn (file order):
     it raises, it is terminated, it finishes."""
     python, model = env
@@ -374,7 +367,7 @@ def start_failure(python: Path, model: Path, tmp_path: Path, entry: dict, kill: 
     ],
     ids=["bad-engine-args", "killed"],
 )
-def test_a_server_that_dies_during_start_is_one_error_line(env, tmp_path, entry, kill, reason):  # noqa: F811
+def test_a_server_that_dies_during_start_is_one_error_line(env, tmp_path, entry, kill, reason):
     python, model = env
     workdir, status, stderr, elapsed = start_failure(python, model, tmp_path, entry, kill)
     assert status != 0 and elapsed < START_TIMEOUT_S

@@ -31,7 +31,16 @@ from tests.support.api_workdir import (
     write_judging_data,
 )
 from tests.support.helpers import make_workdir
-from tests.support.vllm_real import RUN_TIMEOUT_S, engine_entry, engine_log, env_command, require, run_in_env
+from tests.support.vllm_real import (
+    RUN_TIMEOUT_S,
+    alive,
+    engine_entry,
+    engine_log,
+    env_command,
+    require,
+    run_in_env,
+    server_pids,
+)
 
 # A bound, not a target: the first test may also make the environment (≈ 25 min on 2 busy cores).
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -224,24 +233,6 @@ if sys.argv[3:] == ["wait"]:
         print("RESULT", json.dumps({"ready": True}), flush=True)
         import time; time.sleep(600)
 """
-
-
-def server_pids(log_prefix: Path) -> list[int]:
-    """The pids of the server processes a job's log names ('vLLM server pid N')."""
-    pids = []
-    for path in log_prefix.parent.glob("*.log"):
-        for line in path.read_text(errors="replace").splitlines():
-            if "vLLM server pid " in line:
-                pids.append(int(line.split("vLLM server pid ", 1)[1].split()[0]))
-    return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_served_and_in_process_greedy_answers_agree_and_servers_stop(env, tmp_path):

@@ -56,3 +56,22 @@ def engine_log(log: Path, model: str = "gpu") -> tuple[int, int]:
     text = log.read_text()
     loads = len(re.findall(rf"vllm: {model}: loading .* in vLLM", text))
     return loads, sum(int(n) for n in re.findall(rf"vllm: {model}: (\d+) requests to vLLM", text))
+
+
+def server_pids(log_prefix: Path) -> list[int]:
+    """The pids of the server processes a job's log names ('vLLM server pid N')."""
+    pids = []
+    for path in log_prefix.parent.glob("*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            if "vLLM server pid " in line:
+                pids.append(int(line.split("vLLM server pid ", 1)[1].split()[0]))
+    return pids
+
+
+def alive(pid: int) -> bool:
+    """Whether a process (not a zombie) has this pid."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
