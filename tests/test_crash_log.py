@@ -44,11 +44,15 @@ SCRIPT = """
 import ctypes
 import os
 import signal
+import sys
 
 from stressprobe.snakemake_io import run_script
 
 
 def matmul_in_native_code(how):
+    if how == "sigterm":  # as serving._sigterm_as_exit does: the handler says why and exits
+        signal.signal(signal.SIGTERM, lambda *_: (print("SIGTERM: leaving"), sys.exit(143)))
+        os.kill(os.getpid(), signal.SIGTERM)
     if how == "sigill":
         os.kill(os.getpid(), signal.SIGILL)
     ctypes.string_at(0)
@@ -92,6 +96,14 @@ def test_native_crash_log_names_rule_model_signal_stack_and_remedy(tmp_path, how
     # The Python stack where it happened, innermost first.
     stack = log[log.index(f"Fatal Python error: {fatal}") :]
     assert stack.index("in matmul_in_native_code") < stack.index("in main") < stack.index("in run_script")
+
+
+@pytest.mark.slow
+def test_a_job_stopped_by_sigterm_logs_its_exit_without_a_traceback(tmp_path):
+    proc, log = run_crashing_job(tmp_path, "api/gpt-4o.txt", "sigterm")
+    assert proc.returncode != 0
+    assert "stopped: exit status 143" in log
+    assert "Traceback" not in log and "unexpected failure" not in log
 
 
 @pytest.mark.slow

@@ -133,6 +133,10 @@ def run_script(main: Callable[[Any], None], smk: Any) -> None:
         remove_outputs(list(smk.output))
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
+    except SystemExit as exc:  # a signal handler's exit (SIGTERM): the handler logged why; no traceback
+        log.error("stopped: exit status %s", exc.code)
+        remove_outputs(list(smk.output))
+        raise
     except BaseException as exc:
         log.exception("unexpected failure")
         exc.stressprobe_logged = True
