@@ -60,7 +60,7 @@ def main(smk):
                     out.mitigation_usage[part],
                 ),
                 EvalSettings.of(
-                    params.max_tokens,
+                    evaluation["max_tokens"],
                     evaluation["temperature"],
                     evaluation["prefill"],
                     params.seed,

@@ -222,6 +222,10 @@ def test_one_served_job_loads_each_model_once_for_its_searches_and_evaluations(t
         edited = served_config(workdir, server.base_url, **{"cdv.eval.max_tokens": 9})
         planned = job_counts(run_snakemake(workdir, "-n", *files, configfile=edited).stdout)
         assert planned["cdv_vllm_served"] == 1
+        # So does one served model's own limit (each evaluation asks at its model's limit).
+        edited = served_config(workdir, server.base_url, **{"cdv.eval.model_max_tokens": {"gpu-b": 9}})
+        planned = job_counts(run_snakemake(workdir, "-n", *files, configfile=edited).stdout)
+        assert planned["cdv_vllm_served"] == 1
 
         # Switched off: the in-process jobs take over and every answer comes from the served runs' cache
         # entries (the same vllm identity); each model is loaded by its search and by its evaluation.

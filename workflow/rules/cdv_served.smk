@@ -76,7 +76,6 @@ if cdv_served_models():
             evals=cdv_served_plan()["evals"],
             search=config["cdv"]["search"],
             classifier_threshold=config["cdv"]["classifier"]["threshold"],
-            max_tokens=config["cdv"]["eval"]["max_tokens"],
             seed=config["seed"],
         script:
             "../../scripts/cdv_vllm_served.py"

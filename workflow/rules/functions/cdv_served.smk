@@ -89,6 +89,7 @@ def cdv_served_plan():
     evals = [
         {
             "model": model,
+            "max_tokens": cdv_eval_max_tokens(model),
             "temperature": cdv_eval_temperature(model),
             "prefill": model_prefill(model, config["cdv"]["answer_prefix"]),
         }
