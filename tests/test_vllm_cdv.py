@@ -378,3 +378,36 @@ def test_a_server_that_dies_during_start_is_one_error_line(env, tmp_path, entry,
         assert "max_model_len" in line  # vLLM's own reason, from the server log's tail
     assert_stopped(server_pids(workdir / SERVED_LOG))
     assert_no_outputs(cell_files(workdir, SERVED))
+
+
+SLOW_START_JOB = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)  # serving's 'vLLM server pid N' line, on stderr (the job's log)
+from stressprobe.errors import StressprobeError
+from stressprobe.llm.serving import serve_models
+try:
+    with serve_models({"gpu": json.loads(sys.argv[1])}, ["gpu"], sys.argv[2], seed=0, ready_timeout_s=3):
+        print("SERVED", flush=True)
+except StressprobeError as exc:
+    print("ERROR", exc, flush=True)
+"""
+
+
+def test_a_server_that_does_not_answer_in_time_is_stopped(env, tmp_path):
+    # A real load takes about a minute here: a 3 s bound expires while the server is still loading.
+    python, model = env
+    prefix = tmp_path / "logs" / "job"
+    prefix.parent.mkdir()
+    with open(prefix.parent / "job.log", "w") as stderr:
+        proc = subprocess.run(
+            [str(python), "-c", SLOW_START_JOB, json.dumps(engine_entry(model)), str(prefix)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=job_env(),
+            timeout=START_TIMEOUT_S,
+        )
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith(("ERROR ", "SERVED"))]
+    assert line.startswith(f"ERROR config models.gpu: the vLLM server of {model} did not answer"), line
+    assert "within 3 s" in line, line
+    assert_stopped(server_pids(prefix))

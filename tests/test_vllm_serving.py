@@ -109,40 +109,6 @@ def test_served_models_answer_with_their_vllm_identity_and_stop_with_the_job(sta
     assert [e["event"] for e in events(standin)].count("load") == 3  # the in-process engine loads
 
 
-def test_a_server_that_exits_early_is_one_line_naming_the_model_and_its_log(standin, tmp_path, monkeypatch):
-    monkeypatch.setenv("STRESSPROBE_VLLM_STANDIN_EXIT", "3")
-    with pytest.raises(StressprobeError) as caught, serve_models(MODELS, ["small"], tmp_path / "job", seed=0):
-        pass
-    message = str(caught.value)
-    assert "\n" not in message
-    assert message.startswith(
-        "config models.small: the vLLM server of org/small-27b exited with status 3 before answering"
-    )
-    assert str(tmp_path / "job.small.server.log") in message and "failed to load org/small-27b" in message
-
-
-def test_a_server_that_does_not_answer_in_time_is_stopped(standin, tmp_path, monkeypatch):
-    monkeypatch.setenv("STRESSPROBE_VLLM_STANDIN_DELAY_S", "30")
-    with (
-        pytest.raises(
-            StressprobeError,
-            match=r"models.small: the vLLM server of org/small-27b did not answer .*/health within 0.5 s",
-        ),
-        serve_models(MODELS, ["small"], tmp_path / "job", seed=0, ready_timeout_s=0.5, grace_s=5),
-    ):
-        pass
-
-
-def test_servers_stop_when_the_job_fails(standin, tmp_path):
-    with pytest.raises(RuntimeError), serve_models(MODELS, ["small"], tmp_path / "job", seed=0) as served:
-        url = served["small"][SERVED_URL_KEY]
-        raise RuntimeError("the job's own failure")
-    import httpx
-
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(url.removesuffix("/v1") + "/health", timeout=1)
-
-
 def test_a_prefilled_answer_is_continued_by_the_server(tmp_path):
     from tests.support.openai_server import OpenAIServer
 
@@ -163,33 +129,6 @@ def test_no_config_file_can_point_a_vllm_model_at_a_server():
     config = {"models": {"m": {"backend": "vllm", "model": "org/m", SERVED_URL_KEY: "http://x:1/v1"}}}
     with pytest.raises(StressprobeError, match=SERVED_URL_KEY):
         validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")
-
-
-JOB = """
-import sys, time
-from stressprobe.llm.serving import serve_models
-models = {"small": {"backend": "vllm", "model": "org/small-27b", "gpus": 1}}
-with serve_models(models, ["small"], sys.argv[1], seed=0) as served:
-    print(served["small"]["served_base_url"], flush=True)
-    time.sleep(60)
-"""
-
-
-def test_servers_stop_when_the_job_is_terminated(standin, tmp_path):
-    import subprocess
-
-    import httpx
-
-    job = subprocess.Popen(
-        [sys.executable, "-c", JOB, str(tmp_path / "job")], stdout=subprocess.PIPE, text=True
-    )
-    url = job.stdout.readline().strip()
-    assert httpx.get(url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
-    job.terminate()  # SIGTERM, as Snakemake cancelling a job
-    assert job.wait(timeout=30) == 128 + 15
-    (load,) = [e for e in events(standin) if e["event"] == "load"]
-    with pytest.raises(ProcessLookupError):
-        os.kill(load["pid"], 0)
 
 
 def test_the_reason_a_server_gives_is_its_last_exception_not_a_frame(tmp_path):

@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 # The repository root, for tests.support.openai_server (the job's PYTHONPATH need not have it).
@@ -46,11 +45,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    status = os.environ.get("STRESSPROBE_VLLM_STANDIN_EXIT")
-    if status:
-        print(f"RuntimeError: stand-in failed to load {args.model}", file=sys.stderr, flush=True)
-        sys.exit(int(status))
-    time.sleep(float(os.environ.get("STRESSPROBE_VLLM_STANDIN_DELAY_S", "0")))
     names = tuple(args.served_model_name or [args.model])
     record(
         {
