@@ -21,8 +21,9 @@ def eval_items(
 ) -> list[dict[str, Any]]:
     """What to ask: every original question (unless `originals` is False: a cell whose originals are read
     from its dataset's shared file), every perturbed question, every usable baseline rewrite."""
-    items = [{**_mc(q), "qid": q["qid"], "node_id": None, "condition": "original"} for q in questions]
-    items = items if originals else []
+    items = [
+        {**_mc(q), "qid": q["qid"], "node_id": None, "condition": "original"} for q in questions if originals
+    ]
     items += [
         {**_mc(p), "qid": p["qid"], "node_id": p["node_id"], "condition": "perturbed"} for p in perturbed
     ]
