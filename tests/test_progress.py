@@ -188,3 +188,24 @@ def test_a_batch_answered_from_the_cache_gets_one_line():
         progress.finish(usage)
     assert len(lines) == 2 and all(line.startswith("m: 40/40 (100%)") for line in lines)
     assert "40 cache hits" in lines[0]
+
+
+def test_a_job_of_several_cells_counts_every_cell_in_its_lines(tmp_path):
+    # A judge_vllm job: three cells of 12 requests, each cell's sidecar counted afresh (reset_usage). The
+    # progress lines are the job's: the last one counts all 36 calls, not the last cell's 12.
+    from stressprobe.llm import Request
+    from stressprobe.llm.cache import ResponseCache
+    from stressprobe.llm.client import Client
+    from tests.test_llm_cache import CountingBackend
+
+    lines: list[str] = []
+    with Client("gpu", CountingBackend(), ResponseCache(tmp_path / "c.sqlite"), price=None) as client:
+        client.progress.emit = lines.append
+        client.progress.heartbeat = False
+        sidecars = []
+        for cell in range(3):
+            client.reset_usage()
+            client.generate([Request.chat(user=f"cell {cell} pair {i}") for i in range(12)])
+            sidecars.append(client.usage_record()["calls_made"])
+    assert sidecars == [12, 12, 12]
+    assert re.search(r"^gpu finished in \S+: [\d.]+ calls/s, job so far: 36 calls, 0 cache hits", lines[-1])

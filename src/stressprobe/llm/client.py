@@ -214,7 +214,9 @@ class Client:
         await asyncio.gather(*(answer(k, r) for k, r in todo))
 
     def reset_usage(self) -> None:
-        """Start counting afresh (a job answering several cells writes one usage sidecar per cell)."""
+        """Start counting afresh (a job answering several cells writes one usage sidecar per cell); the
+        progress lines go on counting the whole job."""
+        self.progress.carry(self.usage)
         self.usage = Usage()
         self.backend.retries = 0
 

@@ -131,6 +131,7 @@ class Progress:
         self.bar = wants_bar(self.stream)
         self.heartbeat = heartbeat
         self.usage = Usage()
+        self.past = Usage()  # what the client counted before its last `reset_usage` (earlier cells)
         self.batches = 0
         self.lines = 0
         self.started = clock()
@@ -141,6 +142,17 @@ class Progress:
         self._bar_open = False
         self.total = self.done = self.fresh = self.cached = self.last_done = 0
         self.batch_start = self.last_time = self.last_bar = self.started
+
+    @property
+    def job_usage(self) -> Usage:
+        """The job's totals: the client's current count plus every count it reset (one per cell)."""
+        return self.past + self.usage
+
+    def carry(self, usage: Usage) -> None:
+        """The client starts a new count (a new cell's sidecar): keep the old one in the job's totals."""
+        with self._lock:
+            self.past = self.past + usage
+            self.usage = Usage()
 
     @property
     def big(self) -> bool:
@@ -195,9 +207,8 @@ class Progress:
             if self.batches > 1 or (self.batches == 1 and not self.big):
                 elapsed = self.clock() - self.started
                 label = f"{self.label} finished in {format_duration(elapsed)}"
-                self._line(
-                    progress_line(label, 0, None, self.usage.calls_made, elapsed, self.usage, self.price)
-                )
+                usage = self.job_usage
+                self._line(progress_line(label, 0, None, usage.calls_made, elapsed, usage, self.price))
             self._end_bar()
 
     def _maybe_report(self, now: float) -> None:
@@ -214,10 +225,9 @@ class Progress:
         elapsed = now - self.batch_start
         total = self.total if self.big else None
         # The client counts a batch's cache hits when the batch ends; until then they are this batch's.
-        hits = self.usage.cache_hits + (self.cached if self._batch_open else 0)
-        self._line(
-            progress_line(self.label, self.done, total, self.fresh, elapsed, self.usage, self.price, hits)
-        )
+        usage = self.job_usage
+        hits = usage.cache_hits + (self.cached if self._batch_open else 0)
+        self._line(progress_line(self.label, self.done, total, self.fresh, elapsed, usage, self.price, hits))
         self.last_done = self.done
 
     def _line(self, text: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from stressprobe.llm.types import Response
@@ -32,6 +32,9 @@ class Usage:
     def record_hit(self) -> None:
         """A response answered without a model call (cache, or a duplicate in the same batch)."""
         self.cache_hits += 1
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)})
 
 
 def cost_usd(prompt_tokens: int, completion_tokens: int, price: Mapping[str, float] | None) -> float:
