@@ -104,7 +104,9 @@ def test_rule_writes_json_and_tables_for_datasets_with_a_mapping_file(tmp_path):
     config = yaml.safe_load(TINY_CONFIG.read_text())
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
-    run_snakemake(workdir, "results/tables/domain_agreement.csv", configfile=configfile)
+    proc = run_snakemake(workdir, "results/tables/domain_agreement.csv", configfile=configfile)
+    # The run ends on where its results are: the two tables it built, in the run's own folder.
+    assert "tables: 2 in results/tables/ (each also as .md and .tex)" in proc.stderr
     result = json.loads((workdir / "results" / "data" / "demo-dl" / "domain_agreement.json").read_text())
     queries = len(read_topics(workdir / "results" / "data" / "demo-dl" / "topics.tsv"))
     assert result["queries"] == queries

@@ -3,3 +3,11 @@
 
 
 report: "../report/workflow.rst"
+
+
+# A finished run ends on where its results are, not only on Snakemake's step count.
+onsuccess:
+    from stressprobe.run_summary import where_results_are
+
+    for line in where_results_are(final_outputs()):
+        print(line, file=sys.stderr)
