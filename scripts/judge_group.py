@@ -1,4 +1,5 @@
-"""Every judge cell of one dataset for one vLLM model, with the model loaded once (rule judge_vllm)."""
+"""Every judge cell of one dataset for one vLLM model, with the model loaded once and every cell's requests
+handed to it in one call (rule judge_vllm)."""
 
 from stressprobe.io import read_jsonl, write_json, write_jsonl
 from stressprobe.llm import open_client
@@ -8,7 +9,7 @@ from stressprobe.persona.judging import (
     condition_personas,
     condition_settings,
     is_retrieved,
-    judge_cell,
+    judge_cells,
     split_condition,
 )
 from stressprobe.persona.prompts import load_judge_template
@@ -19,27 +20,33 @@ def main(smk):
     summaries = read_jsonl(smk.input.summaries)
     topics = read_topics(smk.input.topics)
     template = load_judge_template(smk.input.template).with_system(smk.params.system_message)
-    outputs = zip(smk.output.judgments, smk.output.usage, smk.output.summary, strict=True)
+    cells = []
+    for condition in smk.params.conditions:
+        source, role = split_condition(condition)
+        path = smk.input.get(f"personas_{source}", "") if is_retrieved(source) else ""
+        records = read_jsonl(path) if path else None
+        text = smk.params.personas[condition]
+        fixed = {role: text} if text is not None else {}
+        personas = condition_personas(topics, source, role, fixed, records, path)
+        settings = condition_settings(
+            template,
+            condition,
+            smk.params.max_tokens,
+            smk.params.logprobs,
+            smk.params.prefill,
+            smk.params.delivery,
+            smk.params.reader,
+        )
+        cells.append((personas, settings))
+    outputs = zip(
+        smk.params.conditions, smk.output.judgments, smk.output.usage, smk.output.summary, strict=True
+    )
     with open_client(smk.params.models, smk.wildcards.model, cache_path(smk)) as client:
-        for condition, (judgments, usage, summary) in zip(smk.params.conditions, outputs, strict=True):
-            source, role = split_condition(condition)
-            path = smk.input.get(f"personas_{source}", "") if is_retrieved(source) else ""
-            records = read_jsonl(path) if path else None
-            text = smk.params.personas[condition]
-            fixed = {role: text} if text is not None else {}
-            personas = condition_personas(topics, source, role, fixed, records, path)
-            settings = condition_settings(
-                template,
-                condition,
-                smk.params.max_tokens,
-                smk.params.logprobs,
-                smk.params.prefill,
-                smk.params.delivery,
-                smk.params.reader,
-            )
-            client.reset_usage()  # each cell's sidecar counts its own calls
-            cell = judge_cell(client, summaries, topics, personas, settings)
-            client.write_usage(usage)
+        judged = judge_cells(client, summaries, topics, cells)
+        # Retries are the job's, not a cell's: counted once, in the first sidecar, so sums stay right.
+        judged[0][1].retries = client.usage.retries
+        for (condition, judgments, usage, summary), (cell, cell_usage) in zip(outputs, judged, strict=True):
+            client.write_usage(usage, cell_usage)
             counts = cell_summary(cell)
             log.info("%s/%s %s: %s", smk.wildcards.dataset, smk.wildcards.model, condition, counts)
             write_jsonl(judgments, cell)

@@ -191,7 +191,7 @@ def test_a_batch_answered_from_the_cache_gets_one_line():
 
 
 def test_a_job_of_several_cells_counts_every_cell_in_its_lines(tmp_path):
-    # A judge_vllm job: three cells of 12 requests, each cell's sidecar counted afresh (reset_usage). The
+    # A job of three outputs of 12 requests (cdv_eval_vllm), each sidecar counted afresh (reset_usage). The
     # progress lines are the job's: the last one counts all 36 calls, not the last cell's 12.
     from stressprobe.llm import Request
     from stressprobe.llm.cache import ResponseCache

@@ -81,6 +81,25 @@ def test_dry_run_plans_one_vllm_job_per_dataset_and_one_job_per_cell_for_the_oth
     assert "judge_vllm" not in counts and counts["judge"] == str(2 * len(CONDITIONS))
 
 
+@pytest.mark.slow
+def test_a_vllm_judge_job_asks_all_its_cells_in_one_engine_call(tmp_path, standin):
+    # The engine batches what it is given: a job handing it one cell at a time batches less than a bare
+    # loop that hands it everything (bench_vllm). With a batch_size above the job's requests, one call.
+    workdir = make_workdir(tmp_path / "w")
+    write_judging_data(workdir)
+    entry = {"backend": "vllm", "model": "org/judge-70b", "gpus": 1, "batch_size": 512}
+    config = vllm_config(workdir, **{"models.gpu": entry, "judging.models": ["gpu"]})
+    run_workflow(workdir, config, f"results/judging/tiny/judgments/gpu/{CONDITIONS[0]}.jsonl")
+    chats = [e["requests"] for e in events(standin) if e["event"] == "chat"]
+    assert chats == [PAIRS * len(CONDITIONS)]
+    # Each cell's sidecar still counts its own requests, and together they count every one asked.
+    for condition in CONDITIONS:
+        usage = json.loads(
+            (workdir / f"results/judging/tiny/judgments/gpu/{condition}.usage.json").read_text()
+        )
+        assert (usage["calls_made"], usage["cache_hits"], usage["errors"]) == (PAIRS, 0, 0)
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(3600)

@@ -220,13 +220,14 @@ class Client:
         self.usage = Usage()
         self.backend.retries = 0
 
-    def usage_record(self) -> dict[str, Any]:
-        """This job's usage so far (calls, cache hits, errors, retries, tokens, cost), as the sidecar holds it."""
-        return usage_record(self.name, self.backend.kind, self.usage, self.price)
+    def usage_record(self, usage: Usage | None = None) -> dict[str, Any]:
+        """This job's usage so far (calls, cache hits, errors, retries, tokens, cost), as the sidecar holds
+        it; or `usage`, a part of it (one cell's share of a job that asked several at once)."""
+        return usage_record(self.name, self.backend.kind, usage or self.usage, self.price)
 
-    def write_usage(self, path: str | os.PathLike) -> None:
-        """Write this job's usage sidecar."""
-        write_json(path, self.usage_record())
+    def write_usage(self, path: str | os.PathLike, usage: Usage | None = None) -> None:
+        """Write this job's usage sidecar (or the sidecar of `usage`, a part of it)."""
+        write_json(path, self.usage_record(usage))
 
     def close(self) -> None:
         """Release claims and free the model/connections."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -32,6 +32,17 @@ class Usage:
     def record_hit(self) -> None:
         """A response answered without a model call (cache, or a duplicate in the same batch)."""
         self.cache_hits += 1
+
+    @classmethod
+    def of(cls, responses: Iterable[Response]) -> Usage:
+        """What a client counts for these responses: a call for each computed now, a hit for each cached."""
+        usage = cls()
+        for response in responses:
+            if response.cached:
+                usage.record_hit()
+            else:
+                usage.record_call(response)
+        return usage
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Usage)})

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response, label_distribution
+from stressprobe.llm.usage import Usage
 from stressprobe.persona.data import Qrels
 from stressprobe.persona.prompts import (
     DELIVERIES,
@@ -322,19 +323,40 @@ def judge_cell(
     settings: JudgeSettings,
 ) -> list[dict[str, Any]]:
     """Judge every summarized pair of a dataset under one condition; records keep the summaries' order."""
+    return judge_cells(client, summaries, topics, [(personas, settings)])[0][0]
+
+
+def judge_cells(
+    client: Client,
+    summaries: Sequence[Mapping[str, Any]],
+    topics: Mapping[str, str],
+    cells: Sequence[tuple[Mapping[str, str | None], JudgeSettings]],
+) -> list[tuple[list[dict[str, Any]], Usage]]:
+    """Judge every summarized pair under each cell's (personas, settings), with all cells' requests in ONE
+    `generate` call, so that an engine that batches (vLLM) sees the whole job at once rather than a cell at
+    a time. Returns each cell's records (in the summaries' order) and what its requests cost."""
     check_qids(summaries, topics, "summaries")
-    responses = iter(client.generate(settings.cell_requests(judgeable(summaries), topics, personas)))
-    # A pair whose summary failed gets an `error` record without a call, in its place.
-    return [
-        judgment_record(
-            s,
-            personas[s["qid"]],
-            None if s["status"] == "error" else next(responses),
-            settings.prefill,
-            settings.reader,
-        )
-        for s in summaries
-    ]
+    texts = judgeable(summaries)
+    asked = [settings.cell_requests(texts, topics, personas) for personas, settings in cells]
+    answers = client.generate([request for requests in asked for request in requests])
+    judged, start = [], 0
+    for (personas, settings), requests in zip(cells, asked, strict=True):
+        responses = answers[start : start + len(requests)]
+        start += len(requests)
+        mine = iter(responses)
+        # A pair whose summary failed gets an `error` record without a call, in its place.
+        records = [
+            judgment_record(
+                s,
+                personas[s["qid"]],
+                None if s["status"] == "error" else next(mine),
+                settings.prefill,
+                settings.reader,
+            )
+            for s in summaries
+        ]
+        judged.append((records, Usage.of(responses)))
+    return judged
 
 
 def cell_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
