@@ -100,7 +100,7 @@ def test_dataset_kappa_against_human_and_umbrela_with_unparsed_pairs():
 
 
 def kappa_rows(model, condition, values):
-    return [("d", model, condition, "human", f"q{i}", 3, v) for i, v in enumerate(values)]
+    return [("d", model, condition, "human", f"q{i}", 3, 0, v) for i, v in enumerate(values)]
 
 
 def test_win_rate_table_and_holm_across_conditions():
@@ -112,7 +112,10 @@ def test_win_rate_table_and_holm_across_conditions():
     evidence[3] = np.nan  # an undefined κ: a tie over all 20 queries (or dropped, below)
     rows += kappa_rows("m1", "fixed/evidence", evidence)
     frame = analysis.categorize(
-        pd.DataFrame(rows, columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]),
+        pd.DataFrame(
+            rows,
+            columns=["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"],
+        ),
         {"dataset": ["d"], "model": ["m1"], "condition": ["baseline/umbrela", "fixed/evidence", "fixed/gap"]},
     )
     table = judgment_tables.mark_significant(judgment_tables.win_rate_significance_table(frame), alpha=0.05)
@@ -256,11 +259,14 @@ def test_persona_sources_side_by_side():
     }
     rows = []
     for condition, value in (("baseline/umbrela", 0.5), ("personahub/query", 0.3), ("uspersona/query", 0.6)):
-        rows += [("d", "m", condition, "human", "q1", 2, value)]
+        rows += [("d", "m", condition, "human", "q1", 2, 0, value)]
         if condition != "baseline/umbrela":
-            rows += [("d", "m", condition, "umbrela", "q1", 2, value + 0.1)]
+            rows += [("d", "m", condition, "umbrela", "q1", 2, 0, value + 0.1)]
     kappa = analysis.categorize(
-        pd.DataFrame(rows, columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]),
+        pd.DataFrame(
+            rows,
+            columns=["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"],
+        ),
         order,
     )
     systems = []
@@ -364,7 +370,9 @@ def test_real_dl20_condition_equal_to_human_gives_identical_rankings(tmp_path):
 
 def test_the_persona_source_table_of_no_cell_is_empty_with_its_columns():
     # Every answer unparsed leaves no κ and no ranking; the table is then empty, not a KeyError.
-    kappa = pd.DataFrame(columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"])
+    kappa = pd.DataFrame(
+        columns=["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"]
+    )
     systems = pd.DataFrame(columns=["dataset", "model", "condition", "run", "ndcg"])
     table = system_tables.persona_source_table(
         judgment_tables.kappa_agreement_table(kappa),

@@ -11,7 +11,7 @@ from stressprobe.persona import analysis, figures, judgment_tables, paper_tables
 from tests.test_analysis import DELTA, kappa_rows, systems_frame
 from tests.test_metrics import tau_b_by_definition
 
-KAPPA_COLUMNS = ["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]
+KAPPA_COLUMNS = ["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"]
 CONDITIONS = ["baseline/umbrela", "fixed/evidence", "fixed/gap"]
 
 
