@@ -141,6 +141,10 @@ def test_win_rate_table_and_holm_across_conditions():
 # ---- system level ----
 
 
+#: A label-shift frame without cells: no judging call failed (the system tables' `unanswered` columns are 0).
+NO_FAILED_CALLS = analysis.dataset_label_shift("d", {})
+
+
 def systems_frame():
     scores = {
         ("human", "human/human"): {"a": 0.7, "b": 0.9, "c": 0.6, "d": 0.5},
@@ -182,7 +186,7 @@ def test_displacement_without_a_baseline_condition_is_empty_and_tables_accept_it
     frame = system_tables.displacement_frame(systems)
     assert frame.empty
     assert list(frame.columns) == ["dataset", "model", "condition", "run", "delta_rank", "delta_ndcg"]
-    system_tables.write_displacement_table(systems, tmp_path / "table5")
+    system_tables.write_displacement_table(systems, tmp_path / "table5", NO_FAILED_CALLS)
     system_tables.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6")
     system_tables.write_sensitive_systems(systems, {}, 3, tmp_path / "table7")
     system_tables.write_direction_consistency(systems, tmp_path / "direction", tmp_path / "counts")
@@ -311,8 +315,8 @@ def build_everything(root, order):
     judgment_tables.write_label_shift_table(shift, t / "label_shift")
     figures.write_label_shift_figure(shift, (f / "shift.png", f / "shift.pdf"), order, options)
     figures.write_ndcg_scatter(systems, (f / "f2.png", f / "f2.pdf"), order, options)
-    system_tables.write_ranking_agreement(systems, 0.9, t / "table4")
-    system_tables.write_displacement_table(systems, t / "table5")
+    system_tables.write_ranking_agreement(systems, 0.9, t / "table4", NO_FAILED_CALLS)
+    system_tables.write_displacement_table(systems, t / "table5", NO_FAILED_CALLS)
     system_tables.write_displacement_ci(systems, 200, 42, 0.95, t / "table6")
     run_types = analysis.read_run_types(order["dataset"], [p["run_metadata"] for p in paths.values()])
     system_tables.write_sensitive_systems(systems, run_types, 3, t / "table7")

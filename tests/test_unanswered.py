@@ -22,10 +22,11 @@ from stressprobe.cdv.search import SearchSettings, run_search, search_records, s
 from stressprobe.cdv.search_report import accuracy_with_originals
 from stressprobe.io import write_jsonl
 from stressprobe.llm import Response
-from stressprobe.persona import analysis, judgment_tables
+from stressprobe.persona import analysis, judgment_tables, system_tables
 from stressprobe.persona.evaluation import MEASURE, ndcg_table
 from stressprobe.persona.judging import judgment_qrels, unanswered_pairs
 from tests.support.cdv_scripted import ScriptedModel, kind_of, make_item, question_of, user_text
+from tests.test_analysis import ORDER, systems_frame
 from tests.test_metrics import kappa_by_definition
 
 
@@ -348,3 +349,25 @@ def test_ndcg_takes_documents_without_an_answer_out_of_the_ranking():
     # Left in, d2 would have been a non-relevant document at rank 1 (grade 0), d1 at rank 3.
     graded_zero = ndcg_table(qrels, runs)
     assert graded_zero[0][MEASURE] == pytest.approx((3 / math.log2(4)) / 3)
+
+
+def test_the_system_tables_count_the_failed_calls_behind_their_rankings(tmp_path):
+    systems, _ = systems_frame()
+    failed = {("m1", "baseline/umbrela"): 1, ("m1", "fixed/gap"): 2, ("m2", "baseline/umbrela"): 0}
+    failed[("m2", "fixed/gap")] = 3
+    shift = analysis.dataset_label_shift("d", {})
+    shift = pd.DataFrame(
+        [
+            {**dict.fromkeys(shift.columns, 0), "dataset": "d", "model": m, "condition": c, "unanswered": n}
+            for (m, c), n in failed.items()
+        ]  # fmt: skip
+    )
+    shift = analysis.categorize(shift, ORDER)
+    system_tables.write_ranking_agreement(systems, 0.9, tmp_path / "t4", shift)
+    ranking = pd.read_csv(tmp_path / "t4.csv").set_index(["model", "condition"])
+    for cell, n in failed.items():
+        assert ranking.loc[cell, "unanswered"] == n
+    system_tables.write_displacement_table(systems, tmp_path / "t5", shift)
+    (row,) = pd.read_csv(tmp_path / "t5.csv").to_dict("records")
+    # fixed/gap over both models: their own failed calls (2 + 3) and their UMBRELA cells' (1 + 0).
+    assert (row["condition"], row["unanswered"], row["unanswered_umbrela"]) == ("fixed/gap", 5, 1)
