@@ -7,7 +7,9 @@ from stressprobe.tables import stem
 
 def main(smk):
     system_tables.write_displacement_table(
-        analysis.read_frames(smk.input.systems, smk.params.order), stem(smk.output.table)
+        analysis.read_frames(smk.input.systems, smk.params.order),
+        stem(smk.output.table),
+        analysis.read_frames(smk.input.shift, smk.params.order),
     )
 
 

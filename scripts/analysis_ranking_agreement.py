@@ -8,7 +8,8 @@ from stressprobe.tables import stem
 
 def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
-    system_tables.write_ranking_agreement(systems, smk.params.rbo_phi, stem(smk.output.table))
+    shift = analysis.read_frames(smk.input.shift, smk.params.order)
+    system_tables.write_ranking_agreement(systems, smk.params.rbo_phi, stem(smk.output.table), shift)
     paper_tables.write_ranking_blocks(
         systems, smk.params.rbo_phi, smk.params.order["condition"], stem(smk.output.paper)
     )

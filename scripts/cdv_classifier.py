@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from stressprobe.cdv import cell_of
-from stressprobe.cdv.classifier import prompt_probabilities, run_classifier
+from stressprobe.cdv.classifier import prompt_answers, run_classifier
 from stressprobe.cdv.clients import role_clients
 from stressprobe.embedding import load_embedder
 from stressprobe.io import read_jsonl, write_json, write_jsonl
@@ -27,7 +27,7 @@ def main(smk):
 
     def ask(model, asked):
         with role_clients(smk.params.models, {"classifier": model}, cache_path(smk)) as clients:
-            return prompt_probabilities(clients["classifier"], asked, smk.params.seed)
+            return prompt_answers(clients["classifier"], asked, smk.params.seed)
 
     rows, metrics, pool = run_classifier(
         cells, questions, smk.params.classifier, smk.params.seed, embed, ask, smk.params.prices

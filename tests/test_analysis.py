@@ -100,7 +100,7 @@ def test_dataset_kappa_against_human_and_umbrela_with_unparsed_pairs():
 
 
 def kappa_rows(model, condition, values):
-    return [("d", model, condition, "human", f"q{i}", 3, v) for i, v in enumerate(values)]
+    return [("d", model, condition, "human", f"q{i}", 3, 0, v) for i, v in enumerate(values)]
 
 
 def test_win_rate_table_and_holm_across_conditions():
@@ -112,7 +112,10 @@ def test_win_rate_table_and_holm_across_conditions():
     evidence[3] = np.nan  # an undefined κ: a tie over all 20 queries (or dropped, below)
     rows += kappa_rows("m1", "fixed/evidence", evidence)
     frame = analysis.categorize(
-        pd.DataFrame(rows, columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]),
+        pd.DataFrame(
+            rows,
+            columns=["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"],
+        ),
         {"dataset": ["d"], "model": ["m1"], "condition": ["baseline/umbrela", "fixed/evidence", "fixed/gap"]},
     )
     table = judgment_tables.mark_significant(judgment_tables.win_rate_significance_table(frame), alpha=0.05)
@@ -136,6 +139,10 @@ def test_win_rate_table_and_holm_across_conditions():
 
 
 # ---- system level ----
+
+
+#: A label-shift frame without cells: no judging call failed (the system tables' `unanswered` columns are 0).
+NO_FAILED_CALLS = analysis.dataset_label_shift("d", {})
 
 
 def systems_frame():
@@ -179,7 +186,7 @@ def test_displacement_without_a_baseline_condition_is_empty_and_tables_accept_it
     frame = system_tables.displacement_frame(systems)
     assert frame.empty
     assert list(frame.columns) == ["dataset", "model", "condition", "run", "delta_rank", "delta_ndcg"]
-    system_tables.write_displacement_table(systems, tmp_path / "table5")
+    system_tables.write_displacement_table(systems, tmp_path / "table5", NO_FAILED_CALLS)
     system_tables.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6")
     system_tables.write_sensitive_systems(systems, {}, 3, tmp_path / "table7")
     system_tables.write_direction_consistency(systems, tmp_path / "direction", tmp_path / "counts")
@@ -256,11 +263,14 @@ def test_persona_sources_side_by_side():
     }
     rows = []
     for condition, value in (("baseline/umbrela", 0.5), ("personahub/query", 0.3), ("uspersona/query", 0.6)):
-        rows += [("d", "m", condition, "human", "q1", 2, value)]
+        rows += [("d", "m", condition, "human", "q1", 2, 0, value)]
         if condition != "baseline/umbrela":
-            rows += [("d", "m", condition, "umbrela", "q1", 2, value + 0.1)]
+            rows += [("d", "m", condition, "umbrela", "q1", 2, 0, value + 0.1)]
     kappa = analysis.categorize(
-        pd.DataFrame(rows, columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]),
+        pd.DataFrame(
+            rows,
+            columns=["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"],
+        ),
         order,
     )
     systems = []
@@ -305,8 +315,8 @@ def build_everything(root, order):
     judgment_tables.write_label_shift_table(shift, t / "label_shift")
     figures.write_label_shift_figure(shift, (f / "shift.png", f / "shift.pdf"), order, options)
     figures.write_ndcg_scatter(systems, (f / "f2.png", f / "f2.pdf"), order, options)
-    system_tables.write_ranking_agreement(systems, 0.9, t / "table4")
-    system_tables.write_displacement_table(systems, t / "table5")
+    system_tables.write_ranking_agreement(systems, 0.9, t / "table4", NO_FAILED_CALLS)
+    system_tables.write_displacement_table(systems, t / "table5", NO_FAILED_CALLS)
     system_tables.write_displacement_ci(systems, 200, 42, 0.95, t / "table6")
     run_types = analysis.read_run_types(order["dataset"], [p["run_metadata"] for p in paths.values()])
     system_tables.write_sensitive_systems(systems, run_types, 3, t / "table7")
@@ -364,7 +374,9 @@ def test_real_dl20_condition_equal_to_human_gives_identical_rankings(tmp_path):
 
 def test_the_persona_source_table_of_no_cell_is_empty_with_its_columns():
     # Every answer unparsed leaves no κ and no ranking; the table is then empty, not a KeyError.
-    kappa = pd.DataFrame(columns=["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"])
+    kappa = pd.DataFrame(
+        columns=["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"]
+    )
     systems = pd.DataFrame(columns=["dataset", "model", "condition", "run", "ndcg"])
     table = system_tables.persona_source_table(
         judgment_tables.kappa_agreement_table(kappa),

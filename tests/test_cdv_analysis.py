@@ -63,7 +63,7 @@ def test_audit_after_the_search_reports_what_the_in_search_audit_recorded():
     assert {f["node_id"] for f in audit_successes(records, items, model, settings)} == right
 
 
-def test_evaluate_counts_unparsed_and_errors_as_wrong():
+def test_evaluate_counts_unparsed_as_wrong_and_leaves_failed_calls_unscored():
     class Replies:
         def generate(self, requests):
             out = []
@@ -95,7 +95,16 @@ def test_evaluate_counts_unparsed_and_errors_as_wrong():
     records = evaluate(Replies(), items, 32, 0, temperature=0.001)
     assert [r["status"] for r in records[:4]] == ["ok", "unparsed", "error", "truncated"]
     accuracy = accuracy_by_condition(records)
-    assert accuracy["original"] == {"n": 4, "correct": 1, "unparsed": 3, "truncated": 1, "accuracy": 1 / 4}
+    # q3's call failed: out of n and the denominator, in `unanswered`; q2 (unparsed) and q4 (truncated)
+    # were answered and count as wrong.
+    assert accuracy["original"] == {
+        "n": 3,
+        "correct": 1,
+        "unparsed": 2,
+        "truncated": 1,
+        "unanswered": 1,
+        "accuracy": 1 / 3,
+    }
     assert paired_original_accuracy(records) == 1.0
     mitigated = evaluate(Replies(), items[:1], 32, 0, mitigation=True)
     assert mitigated[0]["mitigation"] is True

@@ -129,7 +129,7 @@ def test_accuracy_with_the_originals_the_victim_already_fails(tmp_path):
 
 
 def test_search_columns_show_the_audit_only_when_it_ran():
-    base = {"questions": 4, "flagged_original_fails": 1, "questions_with_success": 2}
+    base = {"questions": 4, "flagged_original_fails": 1, "questions_with_success": 2, "unanswered": 0}
     assert search_quality_columns({**base, "greedy_audit": {}})["greedy_audit_right"] is None
     assert search_quality_columns({**base, "greedy_audit": {"wrong": 2}})["greedy_audit_right"] == 0
     columns = search_quality_columns({**base, "questions_with_success_with_originals": 3})

@@ -38,6 +38,7 @@ def test_the_shares_count_successes_at_depth_one_or_more_and_the_calls_of_unpert
         _node("q2", 0, "root", calls=10),  # searched, never perturbed: its 10 calls are wasted
         _node("q2", 1, "pruned_all_correct"),
         _node("q3", 0, "success", calls=1, flag="victim_fails_original"),  # not searched
+        _node("q5", 0, "error", calls=1),  # its original got no answer: not searched, not wasted
     ]
     obqa = [_node("q4", 0, "root", calls=20), _node("q4", 3, "success", length_ratio=6.0)]
     rows = search_share_rows([_write(tmp_path, "MMLU", mmlu), _write(tmp_path, "OpenbookQA", obqa)])

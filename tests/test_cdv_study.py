@@ -246,7 +246,10 @@ def test_classifier_study_table_lists_lora_classifiers_beside_the_others(study, 
     _, metrics, _, _, _ = study
     metrics_path, lora_path = tmp_path / "metrics.json", tmp_path / "lora.json"
     metrics_path.write_text(json.dumps(metrics), encoding="utf-8")
-    lora = {"classifier": "lora:org/model", "study": {"test": {"n": 6, "positives": 3} | _prf(0.5, 1.0)}}
+    lora = {
+        "classifier": "lora:org/model",
+        "study": {"test": {"n": 6, "positives": 3, "unanswered": 0} | _prf(0.5, 1.0)},
+    }
     lora_path.write_text(json.dumps(lora), encoding="utf-8")
     table = paper_report.classifier_study_table(str(metrics_path), [str(lora_path)])
     test = table[table["split"] == "test"].set_index("classifier")

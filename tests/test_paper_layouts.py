@@ -8,10 +8,10 @@ import pytest
 
 from stressprobe.errors import StressprobeError
 from stressprobe.persona import analysis, figures, judgment_tables, paper_tables, system_tables
-from tests.test_analysis import DELTA, kappa_rows, systems_frame
+from tests.test_analysis import DELTA, NO_FAILED_CALLS, kappa_rows, systems_frame
 from tests.test_metrics import tau_b_by_definition
 
-KAPPA_COLUMNS = ["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]
+KAPPA_COLUMNS = ["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"]
 CONDITIONS = ["baseline/umbrela", "fixed/evidence", "fixed/gap"]
 
 
@@ -90,7 +90,7 @@ def test_table5_has_both_ndcg_shifts_and_bolds_the_largest_mean_rank_shift_per_d
     mask = system_tables.best_in_datasets(frame, "mean |Δr|")
     assert mask["mean |Δr|"].tolist() == [False, True, True, False]
     assert not mask["condition"].any()
-    system_tables.write_displacement_table(systems, tmp_path / "t5")
+    system_tables.write_displacement_table(systems, tmp_path / "t5", NO_FAILED_CALLS)
     column = list(pd.read_csv(tmp_path / "t5.csv").columns).index("mean |Δr|")
     assert md_rows(tmp_path / "t5.md")[0][column].startswith("**")
 
@@ -225,5 +225,7 @@ def test_paper_orders_tables_3_and_4_by_source_and_table_5_by_role(tmp_path):
         "condition": ["baseline/umbrela", "fixed/gap", "personahub/query"],
     }
     frame = pd.concat([systems.astype({"condition": str, "model": str, "dataset": str}), extra])
-    system_tables.write_displacement_table(analysis.categorize(frame, order), tmp_path / "t5")
+    system_tables.write_displacement_table(
+        analysis.categorize(frame, order), tmp_path / "t5", NO_FAILED_CALLS
+    )
     assert pd.read_csv(tmp_path / "t5.csv")["condition"].tolist() == ["personahub/query", "fixed/gap"]

@@ -106,7 +106,7 @@ def test_vs_paper_sets_the_run_beside_each_published_cell(tmp_path):
     systems, scores = systems_frame()
     kappa = kappa_frame()
     against_umbrela = [
-        ("d", "m1", "fixed/gap", "umbrela", f"q{i}", 3, k) for i, k in enumerate((0.2, 0.4, 0.6))
+        ("d", "m1", "fixed/gap", "umbrela", f"q{i}", 3, 0, k) for i, k in enumerate((0.2, 0.4, 0.6))
     ]
     kappa = analysis.categorize(
         pd.concat([kappa, pd.DataFrame(against_umbrela, columns=kappa.columns)], ignore_index=True),

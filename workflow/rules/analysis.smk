@@ -195,6 +195,7 @@ rule analysis_ndcg_scatter:
 rule analysis_ranking_agreement:
     input:
         systems=ANALYSIS_SYSTEMS,
+        shift=ANALYSIS_SHIFT,
     output:
         **table_outputs(
             "table4_ranking_agreement",
@@ -226,6 +227,7 @@ rule analysis_ranking_agreement:
 rule analysis_rank_displacement:
     input:
         systems=ANALYSIS_SYSTEMS,
+        shift=ANALYSIS_SHIFT,
     output:
         **table_outputs(
             "table5_rank_displacement",

@@ -16,10 +16,12 @@ import numpy as np
 from stressprobe.cdv.prompts import classifier_messages, parse_yes_no
 from stressprobe.cdv.search import ROLES, summarize_search
 from stressprobe.llm import Request
+from stressprobe.scoring import UNANSWERED
 
 
-def prompt_probabilities(client: Any, questions: list[dict[str, Any]], seed: int) -> dict[str, float]:
-    """p = 1 for 'yes' (easy to perturb), 0 for 'no'; an unclear or failed reply gives 1 (never filters).
+def prompt_answers(client: Any, questions: list[dict[str, Any]], seed: int) -> dict[str, float | None]:
+    """p = 0 for 'no' (hard to perturb), 1 for 'yes' or an unclear reply, None where the call failed (no
+    answer: the study's metrics leave it out, stressprobe.scoring).
 
     Keeping unclear questions means a broken classifier cannot silently shrink the study.
     """
@@ -32,11 +34,15 @@ def prompt_probabilities(client: Any, questions: list[dict[str, Any]], seed: int
         )
         for q in questions
     ]
-    probabilities = {}
+    answers: dict[str, float | None] = {}
     for q, response in zip(questions, client.generate(requests), strict=True):
-        verdict = None if response.error else parse_yes_no(response.text)
-        probabilities[q["qid"]] = 0.0 if verdict == "no" else 1.0
-    return probabilities
+        answers[q["qid"]] = None if response.error else 0.0 if parse_yes_no(response.text) == "no" else 1.0
+    return answers
+
+
+def prompt_probabilities(client: Any, questions: list[dict[str, Any]], seed: int) -> dict[str, float]:
+    """`prompt_answers` as the search's filter reads them: a failed reply gives 1 (never filters)."""
+    return {qid: 1.0 if p is None else p for qid, p in prompt_answers(client, questions, seed).items()}
 
 
 def outcome_labels(records: list[dict[str, Any]]) -> dict[str, int]:
@@ -192,17 +198,24 @@ def trained_scores(
 
 
 def classifier_metrics(
-    rows: list[dict[str, Any]], scores: dict[str, float], threshold: float
+    rows: list[dict[str, Any]], scores: dict[str, float | None], threshold: float
 ) -> dict[str, dict[str, Any]]:
-    """Per split: questions, positives, precision, recall and F0.5 of keeping p >= threshold."""
+    """Per split: questions, positives, precision, recall and F0.5 of keeping p >= threshold; a question
+    whose score is None (a prompt classifier's failed call) is not scored, only counted (`unanswered`)."""
     result = {}
     for split in ("train", "validation", "test"):
         part = [r for r in rows if r["split"] == split]
         if not part:
             continue
-        labels = [r["label"] for r in part]
-        kept = [int(scores.get(r["qid"], 1.0) >= threshold) for r in part]
-        result[split] = {"n": len(part), "positives": sum(labels), **precision_recall_f(labels, kept)}
+        scored = [r for r in part if scores.get(r["qid"], 1.0) is not None]
+        labels = [r["label"] for r in scored]
+        kept = [int(scores.get(r["qid"], 1.0) >= threshold) for r in scored]
+        result[split] = {
+            "n": len(scored),
+            "positives": sum(labels),
+            **precision_recall_f(labels, kept),
+            UNANSWERED: len(part) - len(scored),
+        }
     return result
 
 
@@ -210,19 +223,19 @@ def classifier_study(
     rows: list[dict[str, Any]],
     splits: dict[str, str],
     vectors: dict[str, np.ndarray] | None,
-    prompt_scores: dict[str, dict[str, float]],
+    prompt_scores: dict[str, dict[str, float | None]],
     threshold: float,
-) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, Any]]]:
     """Every classifier of the study scored on the same labelled rows and splits.
 
     `rows`: one per (cell, qid) with `label`; `vectors`: qid -> embedding of every labelled question (None =
-    no trained classifier); `prompt_scores`: model -> qid -> p. Returns (classifier -> qid -> p, classifier ->
-    split -> metrics). The no-classifier baseline keeps every question (recall 1, precision = base rate).
+    no trained classifier); `prompt_scores`: model -> qid -> p (None: no answer). Returns (classifier ->
+    qid -> p, classifier -> split -> metrics). The no-classifier baseline keeps every question (recall 1, precision = base rate).
     """
     labelled = {r["qid"] for r in rows}
     for row in rows:
         row["split"] = splits[row["qid"]]
-    scores: dict[str, dict[str, float]] = {NO_CLASSIFIER: dict.fromkeys(sorted(labelled), 1.0)}
+    scores: dict[str, dict[str, float | None]] = {NO_CLASSIFIER: dict.fromkeys(sorted(labelled), 1.0)}
     if vectors is not None:
         labels: dict[str, list[int]] = {}
         for row in rows:
@@ -272,28 +285,33 @@ def run_classifier(
             by_model.setdefault(settings["model"] or row["victim"], set()).add(row["qid"])
         asked = {m: ask(m, [questions[q] for q in sorted(found)]) for m, found in sorted(by_model.items())}
         for row in rows:
-            row["p"] = asked[settings["model"] or row["victim"]][row["qid"]]
+            p = asked[settings["model"] or row["victim"]][row["qid"]]
+            # A failed call keeps the question (as the search's filter does) but is not scored.
+            row["p"], row[UNANSWERED] = (1.0, True) if p is None else (p, False)
         pool_scores = (
             ask(settings["model"], [questions[q] for q in pool_qids])
             if settings["model"] and pool_qids
             else {}
         )
+        pool_scores = {q: 1.0 if p is None else p for q, p in pool_scores.items()}
     else:
         chosen = scores.get(TRAINED if settings["kind"] == "trained" else NO_CLASSIFIER, {})
         for row in rows:
-            row["p"] = chosen.get(row["qid"], 1.0)
+            row["p"], row[UNANSWERED] = chosen.get(row["qid"], 1.0), False
         pool_scores = chosen
     for row in rows:
         row["keep"] = row["p"] >= threshold
     test_qids = {q for q, split in splits.items() if split == "test"}
     test = [r for r in rows if r["split"] == "test"]
+    scored = [r for r in test if not r[UNANSWERED]]
     metrics = {
         "kind": settings["kind"],
         "threshold": threshold,
         "n_train": len(rows) - len(test),
-        "n_test": len(test),
-        "positives_test": sum(r["label"] for r in test),
-        **precision_recall_f([r["label"] for r in test], [int(r["keep"]) for r in test]),
+        "n_test": len(scored),
+        f"{UNANSWERED}_test": len(test) - len(scored),
+        "positives_test": sum(r["label"] for r in scored),
+        **precision_recall_f([r["label"] for r in scored], [int(r["keep"]) for r in scored]),
         "filter_effect": {
             "/".join(cell.values()): cell_filter_effect(
                 cell, records, test, test_qids, role_prices(summary, prices)

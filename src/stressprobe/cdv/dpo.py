@@ -13,6 +13,7 @@ from typing import Any
 
 from stressprobe.cdv.classifier import split_keys
 from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
+from stressprobe.scoring import UNANSWERED
 
 
 def _conversation(messages: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
@@ -217,6 +218,9 @@ def _evaluation(heldout, before, after, originals_before, originals_after) -> di
     evaluation["retain_original"] = on_originals["retain"]
     evaluation["truncated_before"] = sum(a["truncated"] for a in before)
     evaluation["truncated_after"] = sum(a["truncated"] for a in after)
+    # Table 5's column beside the comparison models' (stressprobe.scoring): generating in process answers
+    # every question or stops the job, so none of the trained model's answers is missing.
+    evaluation[UNANSWERED] = 0
     return evaluation
 
 

@@ -11,6 +11,7 @@ from stressprobe.cdv.prompt_file import OWN
 from stressprobe.cdv.prompts import letter
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request
+from stressprobe.scoring import UNANSWERED, answered, is_unanswered
 
 
 def eval_items(
@@ -96,7 +97,8 @@ def evaluate(
     extractor: Any = None,
     extract_temperature: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Ask one model every item once (one batch); unparseable, truncated or failed answers are not correct.
+    """Ask one model every item once (one batch); unparseable or truncated answers are not correct, and a
+    failed call is an `error` record, which no table scores (stressprobe.scoring).
 
     `prefill` starts each answer (models with `answer_prefill`); `raw` then includes it. An answer without
     a parseable answer line is `truncated` when it used all `max_tokens`, else `unparsed`. With a template
@@ -148,24 +150,32 @@ def _status(response: Any, answer: int | None, max_tokens: int) -> str:
 
 
 def accuracy_by_condition(records: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
-    """condition -> {n, correct, accuracy, unparsed, truncated}; every record counts (unparsed = wrong).
+    """condition -> {n, correct, accuracy, unparsed, truncated, unanswered}.
 
-    `unparsed` counts every answer without a usable letter (truncated and failed calls included);
-    `truncated` the ones cut off at the token limit among them."""
+    A record without an answer (its call failed) is not scored: it is left out of `n` and the accuracy's
+    denominator and counted in `unanswered` (stressprobe.scoring). Every answered record counts, an
+    unparsed one as wrong: `unparsed` counts the answers without a usable letter (truncated ones
+    included), `truncated` the ones cut off at the token limit among them."""
     totals: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"n": 0, "correct": 0, "unparsed": 0, "truncated": 0}
+        lambda: {"n": 0, "correct": 0, "unparsed": 0, "truncated": 0, UNANSWERED: 0}
     )
     for record in records:
         total = totals[record["condition"]]
+        if is_unanswered(record):
+            total[UNANSWERED] += 1
+            continue
         total["n"] += 1
         total["correct"] += int(record["correct"])
         total["unparsed"] += int(record["status"] != "ok")
         total["truncated"] += int(record["status"] == "truncated")
-    return {c: {**t, "accuracy": t["correct"] / t["n"]} for c, t in sorted(totals.items())}
+    return {
+        c: {**t, "accuracy": t["correct"] / t["n"] if t["n"] else None} for c, t in sorted(totals.items())
+    }
 
 
 def paired_original_accuracy(records: list[dict[str, Any]]) -> float | None:
-    """Accuracy on the originals of the questions that have perturbed versions (the Delta's baseline)."""
+    """Accuracy on the originals of the questions that have perturbed versions (the Delta's baseline); an
+    unanswered original is not scored."""
     perturbed_qids = {r["qid"] for r in records if r["condition"] == "perturbed"}
-    originals = [r for r in records if r["condition"] == "original" and r["qid"] in perturbed_qids]
+    originals, _ = answered(r for r in records if r["condition"] == "original" and r["qid"] in perturbed_qids)
     return sum(r["correct"] for r in originals) / len(originals) if originals else None

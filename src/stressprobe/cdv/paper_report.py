@@ -18,6 +18,7 @@ from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accu
 from stressprobe.cdv.experiments import SELECTION_ROWS, experiment_qids
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
+from stressprobe.scoring import UNANSWERED
 
 ALL = "all"  # the dataset (or model) of a value pooled over datasets
 
@@ -25,6 +26,12 @@ ALL = "all"  # the dataset (or model) of a value pooled over datasets
 def _accuracy(records: list[dict[str, Any]], condition: str) -> float | None:
     found = accuracy_by_condition(records).get(condition)
     return found["accuracy"] if found else None
+
+
+def _counts(records: list[dict[str, Any]], condition: str) -> tuple[int, int]:
+    """(answered records, unanswered records) of a condition: the accuracy's n and what it leaves out."""
+    found = accuracy_by_condition(records).get(condition, {})
+    return found.get("n", 0), found.get(UNANSWERED, 0)
 
 
 def experiments_table(
@@ -52,13 +59,19 @@ def experiments_table(
             records = [r for r in read_jsonl(path) if r["qid"] in sample]
             original, perturbed = _accuracy(records, "original"), _accuracy(records, "perturbed")
             paired = paired_original_accuracy(records)
+            (n_original, unanswered_original), (n_perturbed, unanswered_perturbed) = (
+                _counts(records, "original"),
+                _counts(records, "perturbed"),
+            )
             rows.append(
                 {
                     "experiment": name,
                     **cell,
                     "model": model,
-                    "n_original": sum(r["condition"] == "original" for r in records),
-                    "n_perturbed": sum(r["condition"] == "perturbed" for r in records),
+                    "n_original": n_original,
+                    "n_perturbed": n_perturbed,
+                    f"{UNANSWERED}_original": unanswered_original,
+                    f"{UNANSWERED}_perturbed": unanswered_perturbed,
                     "acc_original": original,
                     "acc_original_paired": paired,
                     "acc_perturbed": perturbed,
@@ -79,9 +92,14 @@ def _mitigation_columns(path: str | None, sample: set[str], perturbed: float | N
     """Table 4's Enh. and Diff on an experiment's sample; nothing without the mitigation's records."""
     if path is None:
         return {}
-    enhanced = _accuracy([r for r in read_jsonl(path) if r["qid"] in sample], "perturbed")
+    records = [r for r in read_jsonl(path) if r["qid"] in sample]
+    enhanced = _accuracy(records, "perturbed")
     diff = None if enhanced is None or perturbed is None else enhanced - perturbed
-    return {"acc_perturbed_mitigated": enhanced, "mitigation_diff": diff}
+    return {
+        "acc_perturbed_mitigated": enhanced,
+        "mitigation_diff": diff,
+        f"{UNANSWERED}_perturbed_mitigated": _counts(records, "perturbed")[1],
+    }
 
 
 def classifier_study_table(metrics_path: str, lora_paths: list[str] | None = None) -> pd.DataFrame:
@@ -101,6 +119,7 @@ def classifier_study_table(metrics_path: str, lora_paths: list[str] | None = Non
             "precision": m["precision"],
             "recall": m["recall"],
             "f0.5": m["f_beta"],
+            UNANSWERED: m[UNANSWERED],
         }
         for name, splits in study.items()
         for split, m in splits.items()
@@ -135,7 +154,8 @@ def filter_cost_table(summary_paths: list[str]) -> pd.DataFrame:
     rows = []
     for (dataset, selection), summaries in sorted(groups.items()):
         questions, filtered = _summed(summaries, "questions"), _summed(summaries, "classifier_filtered")
-        searched = questions - filtered - _summed(summaries, "flagged_original_fails")
+        unanswered = _summed(summaries, UNANSWERED)
+        searched = questions - filtered - unanswered - _summed(summaries, "flagged_original_fails")
         successes = _summed(summaries, "questions_with_success")
         perturbed = _summed(summaries, "successful_perturbations")
         cost = _summed(summaries, "cost_usd")
@@ -152,8 +172,10 @@ def filter_cost_table(summary_paths: list[str]) -> pd.DataFrame:
                 "with_success": successes,
                 "success_rate": _per(successes, searched),
                 "success_rate_with_originals": _per(
-                    _summed(summaries, "questions_with_success_with_originals"), questions - filtered
+                    _summed(summaries, "questions_with_success_with_originals"),
+                    questions - filtered - unanswered,
                 ),
+                UNANSWERED: unanswered,
                 "input_tokens": tokens["prompt"],
                 "output_tokens": tokens["completion"],
                 "perturbed_questions": perturbed,
@@ -232,8 +254,8 @@ def dpo_table(result_paths: list[str], compare_paths: list[str] | None = None) -
 
 
 def _benchmark_columns(records: list[dict[str, Any]]) -> dict[str, Any]:
-    found = accuracy_by_condition(records).get("perturbed", {"n": 0, "accuracy": None})
-    return {k: found.get(k) for k in ("n", "accuracy", "unparsed", "truncated")}
+    found = accuracy_by_condition(records).get("perturbed", {"n": 0, "accuracy": None, UNANSWERED: 0})
+    return {k: found.get(k) for k in ("n", "accuracy", "unparsed", "truncated", UNANSWERED)}
 
 
 def benchmark_table(paths: list[str]) -> pd.DataFrame:

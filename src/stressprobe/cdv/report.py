@@ -13,6 +13,7 @@ from stressprobe.cdv import cell_of
 from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accuracy
 from stressprobe.cdv.search_report import search_quality_columns
 from stressprobe.io import read_jsonl
+from stressprobe.scoring import UNANSWERED
 
 
 def search_table(summary_paths: list[str]) -> pd.DataFrame:
@@ -20,7 +21,7 @@ def search_table(summary_paths: list[str]) -> pd.DataFrame:
     rows = []
     for path in summary_paths:
         s = json.loads(Path(path).read_text(encoding="utf-8"))
-        searched = s["questions"] - s["flagged_original_fails"] - s["classifier_filtered"]
+        searched = s["questions"] - s["flagged_original_fails"] - s["classifier_filtered"] - s[UNANSWERED]
         rows.append(
             {
                 **cell_of(path, 1),
@@ -57,6 +58,11 @@ def _acc(accuracy: dict, condition: str) -> float | None:
     return accuracy[condition]["accuracy"] if condition in accuracy else None
 
 
+def _unanswered(accuracy: dict, condition: str) -> int:
+    """The condition's records without an answer (left out of its accuracy)."""
+    return accuracy.get(condition, {}).get(UNANSWERED, 0)
+
+
 def accuracy_table(eval_paths: list[str]) -> pd.DataFrame:
     """Table 1: accuracy on the originals, on the perturbed questions, and Delta (paired)."""
     rows = []
@@ -74,6 +80,8 @@ def accuracy_table(eval_paths: list[str]) -> pd.DataFrame:
                 "truncated_original": acc.get("original", {}).get("truncated", 0),
                 "unparsed_perturbed": acc.get("perturbed", {}).get("unparsed", 0),
                 "truncated_perturbed": acc.get("perturbed", {}).get("truncated", 0),
+                f"{UNANSWERED}_original": _unanswered(acc, "original"),
+                f"{UNANSWERED}_perturbed": _unanswered(acc, "perturbed"),
                 "acc_original_paired": e["paired_original"],
                 "acc_perturbed": perturbed,
                 "delta": None
@@ -90,12 +98,9 @@ def baselines_table(eval_paths: list[str]) -> pd.DataFrame:
     for path in eval_paths:
         e = _eval_accuracies(path)
         row = {k: e[k] for k in ("dataset", "proxy", "victim", "model")}
-        row.update(
-            {
-                f"acc_{c}": _acc(e["accuracy"], c)
-                for c in ("original", "elaborated", "prompt_only", "perturbed")
-            }
-        )
+        conditions = ("original", "elaborated", "prompt_only", "perturbed")
+        row.update({f"acc_{c}": _acc(e["accuracy"], c) for c in conditions})
+        row.update({f"{UNANSWERED}_{c}": _unanswered(e["accuracy"], c) for c in conditions})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -112,6 +117,10 @@ def mitigation_table(eval_paths: list[str], mitigation_paths: list[str]) -> pd.D
                 "acc_original_mitigated": _acc(mitigated["accuracy"], "original"),
                 "acc_perturbed": _acc(plain["accuracy"], "perturbed"),
                 "acc_perturbed_mitigated": _acc(mitigated["accuracy"], "perturbed"),
+                f"{UNANSWERED}_original": _unanswered(plain["accuracy"], "original"),
+                f"{UNANSWERED}_original_mitigated": _unanswered(mitigated["accuracy"], "original"),
+                f"{UNANSWERED}_perturbed": _unanswered(plain["accuracy"], "perturbed"),
+                f"{UNANSWERED}_perturbed_mitigated": _unanswered(mitigated["accuracy"], "perturbed"),
             }
         )
     return pd.DataFrame(rows)
@@ -130,6 +139,7 @@ def classifier_table(metrics_path: str) -> pd.DataFrame:
                 "proxy": proxy,
                 "victim": victim,
                 "n_test": m["n_test"],
+                f"{UNANSWERED}_test": m[f"{UNANSWERED}_test"],
                 "precision": m["precision"],
                 "recall": m["recall"],
                 "f0.5": m["f_beta"],

@@ -9,6 +9,7 @@ from typing import Any
 from stressprobe.cdv.prompts import letter
 from stressprobe.cdv.search_tree import EXTRACT, USAGE_ROLES, Node, QuestionState
 from stressprobe.llm.usage import cost_usd
+from stressprobe.scoring import UNANSWERED, is_unanswered
 
 
 def node_record(node: Node, item: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +94,8 @@ def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, 
     "successful perturbation" is a
     `success` node at depth >= 1; `flagged_original_fails` counts the depth-0 successes separately (the
     `*_with_originals` keys count them in). Unparsed and truncated answers (and the successes that have
-    one), re-prompts, the greedy audit's verdicts and why each question stopped are counted too.
+    one), re-prompts, the greedy audit's verdicts and why each question stopped are counted too, and so are
+    the questions whose original got no answer (`unanswered`; no success rate counts them).
     """
     status = Counter(r["status"] for r in records)
     perturbations = [r for r in records if r["status"] == "success" and r["depth"] > 0]
@@ -133,6 +135,8 @@ def summarize_search(records: list[dict[str, Any]], prices: dict[str, dict[str, 
         "greedy_audit": {k: v for k, v in sorted(audits.items()) if k is not None},
         "flagged_original_fails": sum(1 for r in records if r["flag"] == "victim_fails_original"),
         "classifier_filtered": sum(1 for r in records if r["flag"] == "classifier_filtered"),
+        # Questions whose original got no answer (the root call failed): never searched, never scored.
+        UNANSWERED: sum(1 for r in roots if is_unanswered(r)),
         "successful_perturbations": n_success,
         "nodes": len(records),
         "expansions": len({r["parent_id"] for r in records if r["parent_id"]}),

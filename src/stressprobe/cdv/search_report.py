@@ -15,6 +15,7 @@ import pandas as pd
 
 from stressprobe.cdv import cell_of
 from stressprobe.io import read_jsonl
+from stressprobe.scoring import UNANSWERED, answered
 
 
 def _summary(path: str) -> dict[str, Any]:
@@ -23,10 +24,11 @@ def _summary(path: str) -> dict[str, Any]:
 
 def success_rates(summary: Mapping[str, Any]) -> dict[str, float | None]:
     """Share of searched questions with a successful perturbation, without and with the originals the
-    victim already fails (depth-0 members of L); classifier-filtered questions are never searched."""
+    victim already fails (depth-0 members of L); classifier-filtered questions are never searched, and the
+    ones whose original got no answer (`unanswered`) are neither searched nor scored."""
     filtered = summary.get("classifier_filtered", 0)
-    searched = summary["questions"] - summary["flagged_original_fails"] - filtered
-    with_originals = summary["questions"] - filtered
+    with_originals = summary["questions"] - filtered - summary[UNANSWERED]
+    searched = with_originals - summary["flagged_original_fails"]
     hits_with = summary.get("questions_with_success_with_originals")
     return {
         "success_rate": summary["questions_with_success"] / searched if searched else None,
@@ -42,6 +44,7 @@ def search_quality_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     audit = summary.get("greedy_audit") or {}
     return {
         **success_rates(summary),
+        UNANSWERED: summary[UNANSWERED],
         "with_success_with_originals": summary.get("questions_with_success_with_originals"),
         "unparsed_answers": summary.get("unparsed_answers"),
         "truncated_answers": summary.get("truncated_answers"),
@@ -66,8 +69,12 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
     for path in eval_paths:
         cell = tuple(cell_of(path, 2).values())
         records = read_jsonl(path)
-        chosen = [r for r in records if r["condition"] == "perturbed"]
-        chosen += [r for r in records if r["condition"] == "original" and r["qid"] in failed.get(cell, set())]
+        chosen, unanswered = answered(
+            r
+            for r in records
+            if r["condition"] == "perturbed"
+            or (r["condition"] == "original" and r["qid"] in failed.get(cell, set()))
+        )
         rows.append(
             {
                 **cell_of(path, 2),
@@ -77,6 +84,7 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
                 "acc_perturbed_with_originals": (
                     sum(r["correct"] for r in chosen) / len(chosen) if chosen else None
                 ),
+                UNANSWERED: unanswered,
             }
         )
     return pd.DataFrame(
@@ -89,6 +97,7 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
             "n_failed_originals",
             "n_perturbed_with_originals",
             "acc_perturbed_with_originals",
+            UNANSWERED,
         ],
     )
 
@@ -98,6 +107,7 @@ POOLED = (
     "questions",
     "flagged_original_fails",
     "classifier_filtered",
+    UNANSWERED,
     "questions_with_success",
     "questions_with_success_with_originals",
     "successful_perturbations",
@@ -124,6 +134,7 @@ def _ablation_row(cell: Mapping[str, str], variant: str, s: Mapping[str, Any]) -
         "value": variant,
         "questions": s["questions"],
         **success_rates(s),
+        UNANSWERED: s[UNANSWERED],
         "perturbations": s["successful_perturbations"],
         "expansions": s["expansions"],
         "requests": s["requests_total"],

@@ -5,8 +5,9 @@ share of the search spent on hard-to-perturb questions, in the long form of cdv_
 Definitions (the paper gives none beyond its sentences). A.2: over the successes at depth >= 1 per dataset
 (an original the victim already fails is no perturbation), the share at depth <= 3, at depth >= 5, with a
 length ratio > 5 and <= 3. Section 4.3: a searched question (neither classifier-filtered nor failed before
-the search) with no success at depth >= 1 is hard to perturb; the wasted share is its requests (every role,
-the root's `calls`) over the requests of all searched questions, pooled over the datasets.
+the search, and with an answered original: stressprobe.scoring) with no success at depth >= 1 is hard to
+perturb; the wasted share is its requests (every role, the root's `calls`) over the requests of all
+searched questions, pooled over the datasets.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from stressprobe.cdv import cell_of
 from stressprobe.io import read_jsonl
+from stressprobe.scoring import is_unanswered
 
 ALL = "all"
 DISTRIBUTION, WASTED = "distribution", "classifier_study"
@@ -43,7 +45,8 @@ def search_share_rows(search_paths: list[str]) -> list[dict[str, Any]]:
         perturbed = {r["qid"] for r in records if r["status"] == "success" and r["depth"] >= 1}
         successes[dataset] += [r for r in records if r["status"] == "success" and r["depth"] >= 1]
         for root in (r for r in records if r["depth"] == 0):
-            if root["flag"] in ("classifier_filtered", "victim_fails_original"):
+            # Never searched: filtered, already failed, or without an answer (stressprobe.scoring).
+            if root["flag"] in ("classifier_filtered", "victim_fails_original") or is_unanswered(root):
                 continue
             calls["all"] += root["calls"] or 0
             calls["wasted"] += (root["calls"] or 0) * (root["qid"] not in perturbed)

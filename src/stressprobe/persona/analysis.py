@@ -21,6 +21,7 @@ from stressprobe.persona.data import Qrels, read_qrels, read_run_metadata, read_
 from stressprobe.persona.evaluation import MEASURE, read_ndcg_table
 from stressprobe.persona.judging import CONDITIONS, HUMAN
 from stressprobe.persona.prompts import RULES
+from stressprobe.scoring import UNANSWERED, is_unanswered
 
 BASELINE = CONDITIONS[0]
 SHIFTS = tuple(range(-3, 4))
@@ -44,7 +45,8 @@ def in_paper_order(conditions, paper_order: Sequence[str] = PAPER_COLUMN_ORDER) 
 
 
 def read_judgments(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
-    """A judgments file (one JSON object per line) → `qid, docid, label` (label NaN = null, i.e. unparsed).
+    """A judgments file (one JSON object per line) → `qid, docid, label, rule, unanswered` (label NaN =
+    null: unparsed, or `unanswered` where the call failed).
 
     With `unparsed` "zero" (`judging.unparsed`) an unparsed answer reads as grade 0, as in the cell's qrels.
 
@@ -68,6 +70,8 @@ def read_judgments(path: str | Path, unparsed: str = "exclude") -> pd.DataFrame:
     frame = pd.DataFrame.from_records(records, columns=["qid", "docid", "label"])
     frame = frame.astype({"qid": str, "docid": str, "label": float})
     frame["rule"] = [record.get("label_rule") or "" for record in records]
+    # A failed call (no answer) is a null label like an unparsed one, but never graded: it is counted apart.
+    frame[UNANSWERED] = [is_unanswered(record) for record in records]
     if unparsed == "zero":
         graded = [record.get("status") == "unparsed" for record in records]
         frame.loc[graded, "label"] = 0.0
@@ -158,9 +162,10 @@ def dataset_kappa(
 ) -> pd.DataFrame:
     """Per-query κ of every (model, condition) against human labels and against its model's UMBRELA labels.
 
-    Columns: dataset, model, condition, reference (`human` | `umbrela`), qid, pairs, kappa. Every query of
-    the human qrels has a row (0 pairs and κ NaN where a cell shares no labelled pair with the reference),
-    so that statistics over all queries (W%, Δ̄) see every one.
+    Columns: dataset, model, condition, reference (`human` | `umbrela`), qid, pairs, unanswered, kappa.
+    Every query of the human qrels has a row (0 pairs and κ NaN where a cell shares no labelled pair with
+    the reference), so that statistics over all queries (W%, Δ̄) see every one; `unanswered` counts the
+    cell's failed calls on the query (never among the pairs κ compares).
     """
     parts = []
     qids = pd.Index(sorted(set(human["qid"].astype(str))), name="qid")
@@ -168,22 +173,32 @@ def dataset_kappa(
         references = {HUMAN: human}
         if condition != BASELINE and (model, BASELINE) in cells:
             references["umbrela"] = cells[(model, BASELINE)]
+        failed = labels.loc[_unanswered(labels), "qid"].value_counts()
         for reference, reference_labels in references.items():
             part = metrics.kappa_per_query(labels, reference_labels).set_index("qid")
             part = part.reindex(qids.union(part.index)).fillna({"pairs": 0}).astype({"pairs": int})
+            part[UNANSWERED] = failed.reindex(part.index, fill_value=0).astype(int).to_numpy()
             part = part.reset_index()
             parts.append(part.assign(dataset=dataset, model=model, condition=condition, reference=reference))
-    columns = ["dataset", "model", "condition", "reference", "qid", "pairs", "kappa"]
+    columns = ["dataset", "model", "condition", "reference", "qid", "pairs", UNANSWERED, "kappa"]
     return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
 
 
 READ_COLUMNS = [f"read_{rule}" for rule in RULES]
-_SHIFT_COLUMNS = ["pairs", "unparsed", *READ_COLUMNS, *[f"shift_{s}" for s in SHIFTS]]
+_SHIFT_COLUMNS = ["pairs", "unparsed", UNANSWERED, *READ_COLUMNS, *[f"shift_{s}" for s in SHIFTS]]
+
+
+def _unanswered(labels: pd.DataFrame) -> pd.Series:
+    """Which of a cell's labels are failed calls (qrels, the external and human judges' files, have none)."""
+    if UNANSWERED in labels:
+        return labels[UNANSWERED].astype(bool)
+    return pd.Series(False, index=labels.index)
 
 
 def dataset_label_shift(dataset: str, cells: Mapping[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
-    """Per (model, condition): pairs, unparsed pairs, answers read by each rule of `judging.answer_reader`,
-    and counts of each grade shift vs UMBRELA (none for UMBRELA's own row, which is there for its counts)."""
+    """Per (model, condition): pairs, unparsed pairs, unanswered pairs (failed calls; compared with nothing),
+    answers read by each rule of `judging.answer_reader`, and counts of each grade shift vs UMBRELA (none
+    for UMBRELA's own row, which is there for its counts)."""
     rows = []
     for (model, condition), labels in cells.items():
         if (model, BASELINE) not in cells:
@@ -194,13 +209,15 @@ def dataset_label_shift(dataset: str, cells: Mapping[tuple[str, str], pd.DataFra
             if condition != BASELINE
             else dict.fromkeys(SHIFTS, 0)
         )
+        unanswered = _unanswered(labels)
         rows.append(
             {
                 "dataset": dataset,
                 "model": model,
                 "condition": condition,
                 "pairs": len(labels),
-                "unparsed": int(labels["label"].isna().sum()),
+                "unparsed": int((labels["label"].isna() & ~unanswered).sum()),
+                UNANSWERED: int(unanswered.sum()),
                 **{f"read_{rule}": int(rules.get(rule, 0)) for rule in RULES},
                 **{f"shift_{s}": int(counts[s]) for s in SHIFTS},
             }

@@ -18,7 +18,10 @@ COLUMNS = ("run", "qid", MEASURE)
 
 
 def ndcg_table(
-    qrels: Qrels, runs: Mapping[str, Run], qids: Iterable[str] | None = None
+    qrels: Qrels,
+    runs: Mapping[str, Run],
+    qids: Iterable[str] | None = None,
+    unanswered: Mapping[str, set[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows `{"run", "qid", "ndcg_cut_10"}` per run and query, plus a row with qid `all` per run.
 
@@ -26,16 +29,24 @@ def ndcg_table(
     without a judgment count as non-relevant, score ties are broken by docid as trec_eval does, and a run
     that does not retrieve anything for a query scores 0 for it. The mean (`all`) is over `qids` — by
     default the queries of `qrels`; a query in `qids` without judgments in `qrels` scores 0 (e.g. an LLM
-    judge whose every answer for it was unparseable).
+    judge whose every answer for it was unparseable). The documents of `unanswered` (qid -> docids whose
+    judging call failed) are taken out of every ranking before scoring, as `trec_eval -J` does with
+    unjudged ones: a failed call is not a judgment of non-relevance (stressprobe.scoring).
     """
     qids = sorted(set(qrels) if qids is None else set(qids))
     if not qids:
         raise StressprobeError("nDCG: no queries to evaluate; the qrels are empty")
     judged = {q: dict(qrels[q]) for q in qids if qrels.get(q)}
     evaluator = pytrec_eval.RelevanceEvaluator(judged, {MEASURE}) if judged else None
+    unanswered = unanswered or {}
     rows = []
     for name in sorted(runs):
-        run = {q: runs[name][q] for q in qids if runs[name].get(q)}
+        run = {
+            q: {d: score for d, score in runs[name][q].items() if d not in unanswered.get(q, ())}
+            for q in qids
+            if runs[name].get(q)
+        }
+        run = {q: ranked for q, ranked in run.items() if ranked}
         scores = evaluator.evaluate(run) if evaluator and run else {}
         per_query = [scores.get(q, {}).get(MEASURE, 0.0) for q in qids]
         rows += [{"run": name, "qid": q, MEASURE: s} for q, s in zip(qids, per_query, strict=True)]
@@ -44,11 +55,17 @@ def ndcg_table(
 
 
 def ndcg_table_from_files(
-    qrels_path: str | Path, runs_txt: str | Path, topics_path: str | Path
+    qrels_path: str | Path,
+    runs_txt: str | Path,
+    topics_path: str | Path,
+    unanswered: Mapping[str, set[str]] | None = None,
 ) -> list[dict]:
     """`ndcg_table` of a qrels file (may be empty) and the runs of a `runs.txt`, over the topics' queries."""
     return ndcg_table(
-        read_qrels(qrels_path, allow_empty=True), read_listed_runs(runs_txt), qids=read_topics(topics_path)
+        read_qrels(qrels_path, allow_empty=True),
+        read_listed_runs(runs_txt),
+        qids=read_topics(topics_path),
+        unanswered=unanswered,
     )
 
 

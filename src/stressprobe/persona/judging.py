@@ -21,6 +21,7 @@ from stressprobe.persona.prompts import (
     read_label,
     render,
 )
+from stressprobe.scoring import is_unanswered
 
 # The nine judging conditions, `source/role`: the plain prompt, two fixed assessor roles, and three roles
 # retrieved per query from each persona pool.
@@ -387,6 +388,15 @@ def judgment_qrels(records: Iterable[Mapping[str, Any]], unparsed: str = "exclud
         elif record["status"] == "unparsed" and unparsed == "zero":
             qrels.setdefault(record["qid"], {})[record["docid"]] = 0
     return qrels
+
+
+def unanswered_pairs(records: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """qid -> the docids whose judging call failed (no answer: left out of every score, not graded 0)."""
+    pairs: dict[str, set[str]] = {}
+    for record in records:
+        if is_unanswered(record):
+            pairs.setdefault(record["qid"], set()).add(record["docid"])
+    return pairs
 
 
 def restrict_external_qrels(qrels: Qrels, qids: Iterable[str], path: str | Path) -> Qrels:

@@ -20,18 +20,26 @@ from stressprobe.persona.analysis import (
     with_categories_of,
 )
 from stressprobe.persona.judging import HUMAN
+from stressprobe.scoring import UNANSWERED
 
 
 def kappa_agreement_table(kappa: pd.DataFrame) -> pd.DataFrame:
-    """Mean per-query κ vs UMBRELA and vs human labels per dataset × model × condition (NaN κ skipped)."""
+    """Mean per-query κ vs UMBRELA and vs human labels per dataset × model × condition (NaN κ skipped), with
+    the cell's failed calls on the human-judged queries (`unanswered`: in no κ)."""
     means = kappa.pivot_table(
         index=CELL, columns="reference", values="kappa", aggfunc="mean", observed=True, dropna=False
     )
     means = means.reindex(columns=["umbrela", HUMAN])
-    human = kappa[kappa["reference"] == HUMAN].dropna(subset=["kappa"])
-    defined = human.groupby(CELL, observed=True).size().reindex(means.index, fill_value=0)
+    human = kappa[kappa["reference"] == HUMAN]
+    defined = human.dropna(subset=["kappa"]).groupby(CELL, observed=True).size()
+    failed = human.groupby(CELL, observed=True)[UNANSWERED].sum()
     table = pd.DataFrame(
-        {"κ vs UMBRELA": means["umbrela"], "κ vs human": means[HUMAN], "queries": defined.astype(int)}
+        {
+            "κ vs UMBRELA": means["umbrela"],
+            "κ vs human": means[HUMAN],
+            "queries": defined.reindex(means.index, fill_value=0).astype(int),
+            UNANSWERED: failed.reindex(means.index, fill_value=0).astype(int),
+        }
     )
     return table.dropna(how="all", subset=["κ vs UMBRELA", "κ vs human"]).reset_index()
 
@@ -41,26 +49,41 @@ def win_rate_significance_table(kappa: pd.DataFrame, undefined: str = "tie") -> 
 
     Per query Δ = κ(condition, human) − κ(UMBRELA, human) of the same model. A query where either κ is
     undefined is a tie (`undefined` "tie": not a win, Δ = 0, W% and Δ̄ over all queries, as the paper's
-    whole-number W% show) or left out ("drop", `analysis.undefined_kappa`). p-values are Holm-adjusted
-    across the conditions of each dataset × model.
+    whole-number W% show) or left out ("drop", `analysis.undefined_kappa`). A query whose κ is undefined
+    because a side got no answer for any of its pairs (every call failed) is neither: it is left out and
+    counted (`unanswered_queries`), beside the two sides' failed calls (`unanswered`). p-values are
+    Holm-adjusted across the conditions of each dataset × model.
     """
     human = kappa[kappa["reference"] == HUMAN].pivot_table(
         index=["dataset", "model", "qid"],
         columns="condition",
-        values="kappa",
+        values=["kappa", "pairs", UNANSWERED],
         observed=True,
         dropna=False,
         aggfunc="first",
     )
     rows = []
     for (dataset, model), block in human.groupby(level=["dataset", "model"], observed=True):
-        if BASELINE not in block:
+        kappas, failed = block["kappa"], block[UNANSWERED].fillna(0)
+        # A side with failed calls and no compared pair on a query: its κ there is no answer's.
+        unscored = (block["pairs"].fillna(0) == 0) & (failed > 0)
+        if BASELINE not in kappas:
             continue
-        for condition in block.columns:
-            if condition == BASELINE or block[condition].isna().all():
+        for condition in kappas.columns:
+            if condition == BASELINE or kappas[condition].isna().all():
                 continue
-            summary = metrics.win_rate_summary(block[condition] - block[BASELINE], undefined)
-            rows.append({"dataset": dataset, "model": model, "condition": condition, **summary})
+            keep = ~(unscored[condition] | unscored[BASELINE])
+            summary = metrics.win_rate_summary((kappas[condition] - kappas[BASELINE])[keep], undefined)
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "model": model,
+                    "condition": condition,
+                    **summary,
+                    f"{UNANSWERED}_queries": int((~keep).sum()),
+                    UNANSWERED: int(failed[condition].sum() + failed[BASELINE].sum()),
+                }
+            )
     table = pd.DataFrame(rows)
     if table.empty:
         return table
@@ -116,12 +139,12 @@ def label_shift_table(shift: pd.DataFrame, by: Sequence[str] = tuple(CELL)) -> p
     `by=("dataset", "condition")` gives the profile over all models.
     """
     read = [c for c in READ_COLUMNS if c in shift]  # frames of older runs have no reading counts
-    columns = ["pairs", "unparsed", *read, *[f"shift_{s}" for s in SHIFTS]]
+    columns = ["pairs", "unparsed", UNANSWERED, *read, *[f"shift_{s}" for s in SHIFTS]]
     pooled = shift.groupby(list(by), observed=True)[columns].sum().reset_index()
     counts = pooled[[f"shift_{s}" for s in SHIFTS]].to_numpy(float)
     compared = counts.sum(axis=1, keepdims=True)
     shares = np.divide(100 * counts, compared, out=np.full_like(counts, np.nan), where=compared > 0)
-    table = pooled[[*by, "pairs", "unparsed", *read]].copy()
+    table = pooled[[*by, "pairs", "unparsed", UNANSWERED, *read]].copy()
     table["compared"] = compared[:, 0].astype(int)
     for i, s in enumerate(SHIFTS):
         table[f"{s:+d}" if s else "0"] = shares[:, i]

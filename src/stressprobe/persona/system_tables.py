@@ -21,6 +21,7 @@ from stressprobe.persona.analysis import (
 )
 from stressprobe.persona.judging import HUMAN, HUMAN_CONDITION, RETRIEVED_SOURCES
 from stressprobe.persona.judgment_tables import kappa_agreement_table, win_rate_significance_table
+from stressprobe.scoring import UNANSWERED
 
 
 def _scores(systems: pd.DataFrame, dataset, model, condition) -> pd.Series:
@@ -281,14 +282,42 @@ def persona_source_table(
     return pd.DataFrame(rows, columns=["dataset", "model", "role", *(column for *_, column in metrics)])
 
 
-def write_ranking_agreement(systems: pd.DataFrame, phi: float, stem: str) -> None:
-    """Table 4: τ-b and RBO_ext(φ) of every condition's ranking vs the human ranking."""
-    tables.write_table(ranking_agreement_table(systems, phi), stem, DECIMALS)
+def with_unanswered(table: pd.DataFrame, shift: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """`table` with the failed judging calls behind each row (from the label-shift frame; the row's nDCG@10
+    left their documents out of the rankings): `unanswered`, those of the cells matching the row on `by`,
+    and, where rows compare with UMBRELA (`by` without `model`), `unanswered_umbrela`, those of the same
+    models' UMBRELA cells."""
+    grouped = shift.groupby(CELL, observed=True)[UNANSWERED].sum()
+    counts = {tuple(str(k) for k in key): int(n) for key, n in grouped.items()}
+
+    def total(row: pd.Series, umbrela: bool = False) -> int:
+        n = 0
+        for (dataset, model, condition), count in counts.items():
+            cell = {"dataset": dataset, "model": model, "condition": condition}
+            if all(cell[c] == str(row[c]) for c in by):
+                n += counts.get((dataset, model, BASELINE), 0) if umbrela else count
+        return n
+
+    table = table.copy()
+    table[UNANSWERED] = [total(row) for _, row in table.iterrows()]
+    if "model" not in by:
+        table[f"{UNANSWERED}_umbrela"] = [total(row, umbrela=True) for _, row in table.iterrows()]
+    return table
 
 
-def write_displacement_table(systems: pd.DataFrame, stem: str) -> None:
-    """Table 5: rank and nDCG displacement per dataset × condition; the largest mean |Δr| per dataset bold."""
+def write_ranking_agreement(systems: pd.DataFrame, phi: float, stem: str, shift: pd.DataFrame) -> None:
+    """Table 4: τ-b and RBO_ext(φ) of every condition's ranking vs the human ranking, with the cell's
+    failed judging calls (`shift`: the label-shift frame)."""
+    table = ranking_agreement_table(systems, phi)
+    tables.write_table(with_unanswered(table, shift, CELL) if not table.empty else table, stem, DECIMALS)
+
+
+def write_displacement_table(systems: pd.DataFrame, stem: str, shift: pd.DataFrame) -> None:
+    """Table 5: rank and nDCG displacement per dataset × condition; the largest mean |Δr| per dataset bold;
+    with the failed judging calls of the condition's and UMBRELA's cells (`shift`: the label-shift frame)."""
     table = displacement_by_condition_table(displacement_frame(systems))
+    if not table.empty:
+        table = with_unanswered(table, shift, ["dataset", "condition"])
     if not table.empty:  # rows as in the paper: by role, PersonaHub before USPersona, then the fixed roles
         conditions = table["condition"].astype(str)
         rank = {c: i for i, c in enumerate(in_paper_order(conditions.unique(), PAPER_TABLE5_ORDER))}

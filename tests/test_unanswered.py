@@ -1,0 +1,373 @@
+"""Issue 30: no table of either study scores a record without an answer (a failed call, status `error`).
+
+Each test injects such records into one table's input and checks both that they are left out of the
+value (recomputed here from the answered records alone) and that the table counts them (`unanswered`).
+An answer that could not be parsed stays each study's own switch and is checked apart from them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stressprobe import scoring
+from stressprobe.cdv import paper_report, report
+from stressprobe.cdv.classifier import classifier_metrics, prompt_answers, prompt_probabilities
+from stressprobe.cdv.evaluate import eval_items, evaluate
+from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
+from stressprobe.cdv.search_report import accuracy_with_originals
+from stressprobe.io import write_jsonl
+from stressprobe.llm import Response
+from stressprobe.persona import analysis, judgment_tables, system_tables
+from stressprobe.persona.evaluation import MEASURE, ndcg_table
+from stressprobe.persona.judging import judgment_qrels, unanswered_pairs
+from tests.support.cdv_scripted import ScriptedModel, kind_of, make_item, question_of, user_text
+from tests.test_analysis import ORDER, systems_frame
+from tests.test_metrics import kappa_by_definition
+
+
+def test_the_core_helper_splits_off_failed_calls_only():
+    records = [{"status": "ok"}, {"status": "error"}, {"status": "unparsed"}, {"status": "truncated"}]
+    kept, left_out = scoring.answered(records)
+    assert kept == [records[0], records[2], records[3]] and left_out == 1
+    assert [scoring.is_unanswered(r) for r in records] == [False, True, False, False]
+
+
+# ---- CDV: accuracy (Table 1, Figure 3's baselines, Table 4, the experiments' table, benchmark, DPO) ----
+
+
+class Victim:
+    """Right (A) on "right" questions, wrong (B) on "wrong" ones, no answer line on "vague" ones, and a
+    failed call on "broken" ones."""
+
+    def generate(self, requests):
+        out = []
+        for request in requests:
+            text = user_text(request)
+            if "broken" in text:
+                out.append(Response.failure("HTTP 404 model_not_found"))
+            elif "vague" in text:
+                out.append(Response(texts=["I cannot tell."], completion_tokens=4))
+            else:
+                out.append(Response(texts=["So. Answer: " + ("A" if "right" in text else "B")]))
+        return out
+
+
+QUESTIONS = [
+    make_item("q1", question="a right one?"),
+    make_item("q2", question="a wrong one?"),
+    make_item("q3", question="a broken one?"),
+    make_item("q4", question="a vague one?"),
+]
+PERTURBED = [
+    {**QUESTIONS[0], "node_id": "q1:1", "question": "ctx. a right one?"},
+    {**QUESTIONS[1], "node_id": "q2:1", "question": "ctx. a broken one?"},
+    {**QUESTIONS[2], "node_id": "q3:1", "question": "ctx. a wrong one?"},
+]
+BASELINES = [
+    {"qid": "q1", "kind": "elaborated", "question": "Longer, broken?", "status": "ok"},
+    {"qid": "q2", "kind": "elaborated", "question": "Longer, right?", "status": "ok"},
+    {"qid": "q2", "kind": "prompt_only", "question": "Shorter, wrong?", "status": "ok"},
+]
+
+
+def accuracy_by_hand(records, condition):
+    """(accuracy over the answered records, answered, unanswered) of one condition, from the records."""
+    mine = [r for r in records if r["condition"] == condition]
+    answered = [r for r in mine if r["status"] != "error"]
+    right = sum(r["answer"] == r["correct_option"] for r in answered)
+    return (right / len(answered) if answered else None), len(answered), len(mine) - len(answered)
+
+
+@pytest.fixture
+def evals(tmp_path):
+    cell = tmp_path / "results" / "cdv" / "D" / "p" / "v"
+    items = eval_items(QUESTIONS, PERTURBED, BASELINES)
+    plain, mitigated = evaluate(Victim(), items, 32, 0), evaluate(Victim(), items, 32, 0, mitigation=True)
+    paths = {}
+    for folder, records in (("eval", plain), ("mitigation", mitigated)):
+        (cell / folder).mkdir(parents=True)
+        write_jsonl(cell / folder / "m.jsonl", records)
+        paths[folder] = str(cell / folder / "m.jsonl")
+    return plain, paths
+
+
+def test_table1_leaves_failed_calls_out_of_accuracy_and_counts_them(evals):
+    records, paths = evals
+    assert [r["status"] for r in records[:4]] == ["ok", "ok", "error", "unparsed"]
+    (row,) = report.accuracy_table([paths["eval"]]).to_dict("records")
+    acc, n, unanswered = accuracy_by_hand(records, "original")
+    # q1 right, q2 wrong, q4 unparsed (wrong, the CDV's choice), q3's call failed: 1 of 3, not 1 of 4.
+    assert (acc, n, unanswered) == (1 / 3, 3, 1)
+    assert (row["acc_original"], row["n_original"], row["unanswered_original"]) == (acc, n, unanswered)
+    assert row["unparsed_original"] == 1  # the vague answer only: a failed call is not "unparsed"
+    acc, n, unanswered = accuracy_by_hand(records, "perturbed")
+    assert (acc, n, unanswered) == (1 / 2, 2, 1)
+    assert (row["acc_perturbed"], row["n_perturbed"], row["unanswered_perturbed"]) == (acc, n, unanswered)
+    # The paired originals of q1, q2, q3: q3's failed original is not scored, so q1 and q2: 1 of 2.
+    assert row["acc_original_paired"] == 1 / 2
+    assert row["delta"] == pytest.approx(1 / 2 - 1 / 2)
+
+
+def test_the_baselines_table_leaves_a_failed_rewrite_answer_out(evals):
+    records, paths = evals
+    (row,) = report.baselines_table([paths["eval"]]).to_dict("records")
+    acc, _, unanswered = accuracy_by_hand(records, "elaborated")
+    assert (acc, unanswered) == (1.0, 1)  # q2's elaborated is right; q1's call failed
+    assert (row["acc_elaborated"], row["unanswered_elaborated"]) == (acc, unanswered)
+    assert (row["acc_prompt_only"], row["unanswered_prompt_only"]) == (0.0, 0)
+
+
+def test_the_mitigation_table_counts_failed_calls_with_and_without_the_instruction(evals):
+    records, paths = evals
+    (row,) = report.mitigation_table([paths["eval"]], [paths["mitigation"]]).to_dict("records")
+    assert (row["acc_original_mitigated"], row["unanswered_original_mitigated"]) == (1 / 3, 1)
+    assert (row["acc_perturbed_mitigated"], row["unanswered_perturbed_mitigated"]) == (1 / 2, 1)
+    assert (row["unanswered_original"], row["unanswered_perturbed"]) == (1, 1)
+
+
+def test_the_experiments_table_counts_failed_calls_beside_its_n(evals, tmp_path):
+    records, paths = evals
+    questions = tmp_path / "D.jsonl"
+    write_jsonl(questions, QUESTIONS)
+    experiments = {"table1": {"cells": [{"proxy": "p", "victim": "v"}], "n": None}}
+    (row,) = paper_report.experiments_table(
+        experiments, [paths["eval"]], [str(questions)], 0, [paths["mitigation"]]
+    ).to_dict("records")
+    assert (row["n_original"], row["unanswered_original"], row["acc_original"]) == (3, 1, 1 / 3)
+    assert (row["n_perturbed"], row["unanswered_perturbed"], row["acc_perturbed"]) == (2, 1, 1 / 2)
+    assert row["delta"] == pytest.approx(1 / 3 - 1 / 2)
+    assert (row["acc_perturbed_mitigated"], row["unanswered_perturbed_mitigated"]) == (1 / 2, 1)
+
+
+def test_the_benchmark_and_dpo_comparison_rows_leave_failed_calls_out(evals):
+    records, paths = evals
+    acc, n, unanswered = accuracy_by_hand(records, "perturbed")
+    (row,) = paper_report.dpo_table([], [paths["eval"]]).to_dict("records")
+    assert (row["accuracy"], row["n"], row["unanswered"]) == (acc, n, unanswered)
+    pooled = paper_report.benchmark_table([paths["eval"]]).to_dict("records")[0]
+    assert (pooled["accuracy"], pooled["n"], pooled["unanswered"]) == (acc, n, unanswered)
+
+
+def test_accuracy_with_the_failed_originals_leaves_failed_calls_out(tmp_path):
+    cell = tmp_path / "results" / "cdv" / "D" / "p" / "v"
+    (cell / "eval").mkdir(parents=True)
+    write_jsonl(cell / "search.jsonl", [{"qid": "q3", "flag": "victim_fails_original"}])
+    evals = [
+        {"qid": "q3", "condition": "original", "correct": False, "status": "ok"},
+        {"qid": "q1", "condition": "perturbed", "correct": True, "status": "ok"},
+        {"qid": "q2", "condition": "perturbed", "correct": False, "status": "error"},
+    ]
+    write_jsonl(cell / "eval" / "m.jsonl", evals)
+    (row,) = accuracy_with_originals([str(cell / "eval" / "m.jsonl")], [str(cell / "search.jsonl")]).to_dict(
+        "records"
+    )
+    assert (row["n_perturbed_with_originals"], row["acc_perturbed_with_originals"]) == (2, 1 / 2)
+    assert row["unanswered"] == 1
+
+
+# ---- CDV: search success rates (the search table, Table 3's filter cost) ----
+
+
+def test_a_question_whose_original_got_no_answer_is_not_in_any_success_rate(tmp_path):
+    # q0's victim calls fail; q1 and q2 are distracted (success); q3 never is.
+    def failing(request):
+        return kind_of(request) == "victim" and "for q0?" in question_of(request)
+
+    def correct(contexts, question):
+        return 0 if contexts and ("q1" in question or "q2" in question) else 3
+
+    model = ScriptedModel(correct=correct, fail=failing)
+    settings = SearchSettings(samples=5, limits="authors_code", max_expansions=3, max_candidates=None)
+    items = [make_item(f"q{i}") for i in range(4)]
+    records = search_records(
+        run_search(items, {"proxy": model, "semantic": model, "victim": model}, settings)
+    )
+    summary = summarize_search(records, {})
+    roots = [r for r in records if r["depth"] == 0]
+    failed = {r["qid"] for r in roots if r["status"] == "error"}
+    found = {r["qid"] for r in records if r["status"] == "success" and r["depth"] > 0}
+    assert failed == {"q0"} and found == {"q1", "q2"}
+    assert summary["unanswered"] == 1
+    folder = tmp_path / "results" / "cdv" / "D.random" / "p" / "v"
+    folder.mkdir(parents=True)
+    (folder / "search.summary.json").write_text(json.dumps(summary))
+    (row,) = report.search_table([str(folder / "search.summary.json")]).to_dict("records")
+    # 2 of the 3 searched questions, not 2 of 4: q0 was never searched.
+    assert (row["searched"], row["success_rate"], row["unanswered"]) == (3, 2 / 3, 1)
+    assert row["success_rate_with_originals"] == 2 / 3
+    (cost,) = (
+        paper_report.filter_cost_table([str(folder / "search.summary.json")])
+        .query("dataset == 'D'")
+        .to_dict("records")
+    )
+    assert (cost["success_rate"], cost["unanswered"]) == (2 / 3, 1)
+
+
+# ---- CDV: classifier metrics (Tables 2-3 and 7) ----
+
+
+def test_a_failed_classifier_call_keeps_the_question_but_is_not_scored():
+    class Classifier:
+        def generate(self, requests):
+            replies = {"q1": "No", "q2": "Yes", "q3": None}
+            texts = [replies[r.messages[-1][1].split("for ")[1][:2]] for r in requests]
+            return [Response.failure("HTTP 500") if t is None else Response(texts=[t]) for t in texts]
+
+    asked = [make_item("q1"), make_item("q2"), make_item("q3")]
+    assert prompt_answers(Classifier(), asked, 0) == {"q1": 0.0, "q2": 1.0, "q3": None}
+    # The search's filter never drops a question for a failed call.
+    assert prompt_probabilities(Classifier(), asked, 0) == {"q1": 0.0, "q2": 1.0, "q3": 1.0}
+    rows = [{"qid": q, "label": y, "split": "test"} for q, y in (("q1", 1), ("q2", 1), ("q3", 0))]
+    (test,) = classifier_metrics(rows, prompt_answers(Classifier(), asked, 0), 0.5).values()
+    # Scored on q1 (kept 0, label 1) and q2 (kept 1, label 1): precision 1, recall 1/2; q3 not at all.
+    assert (test["n"], test["positives"], test["unanswered"]) == (2, 2, 1)
+    assert (test["precision"], test["recall"]) == (1.0, 0.5)
+
+
+def test_the_classifier_table_counts_the_unanswered_test_questions(tmp_path):
+    metrics = {
+        "kind": "prompt",
+        "n_test": 2,
+        "unanswered_test": 1,
+        "precision": 1.0,
+        "recall": 0.5,
+        "f_beta": 1.25 * 0.5 / (0.25 + 0.5),
+        "filter_effect": {
+            "D/p/v": {
+                side: {"success_rate": 0.5, "cost_per_perturbed_question_usd": 0.1, "requests_per_success": 2}
+                for side in ("without_filter", "with_filter")
+            }
+        },
+    }
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    (row,) = report.classifier_table(str(tmp_path / "metrics.json")).to_dict("records")
+    assert (row["n_test"], row["unanswered_test"]) == (2, 1)
+
+
+# ---- persona: label shift, κ, win rate, nDCG ----
+
+
+def judgments(path, rows):
+    """A judgments file of (qid, docid, label, status) rows."""
+    write_jsonl(
+        path,
+        [
+            {
+                "qid": q,
+                "docid": d,
+                "label": label,
+                "status": status,
+                "label_rule": "answer" if label else None,
+            }
+            for q, d, label, status in rows
+        ],
+    )
+    return path
+
+
+BASE = [
+    ("q1", "d1", 2, "ok"),
+    ("q1", "d2", 1, "ok"),
+    ("q1", "d3", None, "error"),
+    ("q1", "d4", None, "unparsed"),
+]
+COND = [("q1", "d1", 3, "ok"), ("q1", "d2", None, "error"), ("q1", "d3", 1, "ok"), ("q1", "d4", 0, "ok")]
+
+
+@pytest.mark.parametrize("unparsed", ["exclude", "zero"])
+def test_the_label_shift_compares_answered_pairs_only(tmp_path, unparsed):
+    cells = {
+        ("m", "baseline/umbrela"): analysis.read_judgments(judgments(tmp_path / "b.jsonl", BASE), unparsed),
+        ("m", "fixed/gap"): analysis.read_judgments(judgments(tmp_path / "c.jsonl", COND), unparsed),
+    }
+    shift = analysis.categorize(
+        analysis.dataset_label_shift("d", cells),
+        {"dataset": ["d"], "model": ["m"], "condition": ["baseline/umbrela", "fixed/gap"]},
+    )
+    table = judgment_tables.label_shift_table(shift).set_index("condition")
+    # d2 and d3 each lack an answer on one side: never compared, never grade 0. d4's unparsed baseline
+    # answer is the switch's: left out ("exclude") or graded 0 ("zero", then compared with 0: no shift).
+    compared = {"exclude": [+1], "zero": [+1, 0]}[unparsed]
+    row = table.loc["fixed/gap"]
+    assert (row["compared"], row["unanswered"], row["unparsed"]) == (len(compared), 1, 0)
+    assert row["+1"] == pytest.approx(100 * compared.count(1) / len(compared))
+    baseline = table.loc["baseline/umbrela"]
+    assert (baseline["unanswered"], baseline["unparsed"]) == (1, 1 if unparsed == "exclude" else 0)
+
+
+def test_kappa_and_its_table_leave_failed_calls_out_and_count_them(tmp_path):
+    human = analysis.qrels_frame({"q1": {"d1": 2, "d2": 0, "d3": 1, "d4": 3}})
+    cells = {
+        ("m", "baseline/umbrela"): analysis.read_judgments(judgments(tmp_path / "b.jsonl", BASE)),
+        ("m", "fixed/gap"): analysis.read_judgments(judgments(tmp_path / "c.jsonl", COND)),
+    }
+    order = {"dataset": ["d"], "model": ["m"], "condition": ["baseline/umbrela", "fixed/gap"]}
+    kappa = analysis.categorize(analysis.dataset_kappa("d", cells, human), order)
+    vs_human = kappa[kappa["reference"] == "human"].set_index("condition")
+    # fixed/gap answered d1, d3, d4 (its d2 call failed): κ over those three pairs only.
+    assert vs_human.loc["fixed/gap", "kappa"] == pytest.approx(kappa_by_definition([3, 1, 0], [2, 1, 3]))
+    assert vs_human.loc["fixed/gap", ["pairs", "unanswered"]].tolist() == [3, 1]
+    table = judgment_tables.kappa_agreement_table(kappa).set_index("condition")
+    assert table.loc["fixed/gap", "unanswered"] == 1 and table.loc["baseline/umbrela", "unanswered"] == 1
+
+
+def test_a_query_without_answers_is_left_out_of_the_win_rate_not_a_tie():
+    base = [0.2, 0.4, 0.6, 0.3, 0.5]
+    cond = [0.3, 0.5, 0.5, 0.6, math.nan]  # q4: every fixed/gap call failed
+    rows = [("d", "m", "baseline/umbrela", "human", f"q{i}", 3, 0, k) for i, k in enumerate(base)]
+    rows += [
+        ("d", "m", "fixed/gap", "human", f"q{i}", 0 if i == 4 else 3, 3 if i == 4 else 0, k)
+        for i, k in enumerate(cond)
+    ]
+    columns = ["dataset", "model", "condition", "reference", "qid", "pairs", "unanswered", "kappa"]
+    order = {"dataset": ["d"], "model": ["m"], "condition": ["baseline/umbrela", "fixed/gap"]}
+    frame = analysis.categorize(pd.DataFrame(rows, columns=columns), order)
+    (row,) = judgment_tables.win_rate_significance_table(frame).to_dict("records")
+    shift = np.array(cond[:4]) - np.array(base[:4])
+    assert (row["queries"], row["unanswered_queries"], row["unanswered"]) == (4, 1, 3)
+    assert row["W%"] == pytest.approx(100 * (shift > 0).sum() / 4)
+    assert row["Δ̄"] == pytest.approx(shift.mean())
+
+
+def test_ndcg_takes_documents_without_an_answer_out_of_the_ranking():
+    records = [
+        {"qid": "q1", "docid": "d1", "label": 3, "status": "ok"},
+        {"qid": "q1", "docid": "d2", "label": None, "status": "error"},
+        {"qid": "q1", "docid": "d3", "label": None, "status": "unparsed"},
+    ]
+    qrels = judgment_qrels(records)
+    assert qrels == {"q1": {"d1": 3}} and unanswered_pairs(records) == {"q1": {"d2"}}
+    runs = {"r": {"q1": {"d2": 3.0, "d3": 2.0, "d1": 1.0}}}
+    # Taken out, d2 leaves d3 (unparsed: unjudged, no gain) at rank 1 and d1 at rank 2.
+    kept = ndcg_table(qrels, runs, unanswered=unanswered_pairs(records))
+    assert kept[0][MEASURE] == pytest.approx((3 / math.log2(3)) / 3)
+    # Left in, d2 would have been a non-relevant document at rank 1 (grade 0), d1 at rank 3.
+    graded_zero = ndcg_table(qrels, runs)
+    assert graded_zero[0][MEASURE] == pytest.approx((3 / math.log2(4)) / 3)
+
+
+def test_the_system_tables_count_the_failed_calls_behind_their_rankings(tmp_path):
+    systems, _ = systems_frame()
+    failed = {("m1", "baseline/umbrela"): 1, ("m1", "fixed/gap"): 2, ("m2", "baseline/umbrela"): 0}
+    failed[("m2", "fixed/gap")] = 3
+    shift = analysis.dataset_label_shift("d", {})
+    shift = pd.DataFrame(
+        [
+            {**dict.fromkeys(shift.columns, 0), "dataset": "d", "model": m, "condition": c, "unanswered": n}
+            for (m, c), n in failed.items()
+        ]  # fmt: skip
+    )
+    shift = analysis.categorize(shift, ORDER)
+    system_tables.write_ranking_agreement(systems, 0.9, tmp_path / "t4", shift)
+    ranking = pd.read_csv(tmp_path / "t4.csv").set_index(["model", "condition"])
+    for cell, n in failed.items():
+        assert ranking.loc[cell, "unanswered"] == n
+    system_tables.write_displacement_table(systems, tmp_path / "t5", shift)
+    (row,) = pd.read_csv(tmp_path / "t5.csv").to_dict("records")
+    # fixed/gap over both models: their own failed calls (2 + 3) and their UMBRELA cells' (1 + 0).
+    assert (row["condition"], row["unanswered"], row["unanswered_umbrela"]) == ("fixed/gap", 5, 1)
