@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends.openai_batch import split_lines
 from tests.support.batch_server import BatchServer
@@ -109,25 +110,28 @@ def test_expired_cancelled_and_retryable_errors_are_sent_again(tmp_path):
     assert usage["calls_made"] == 20 and usage["errors"] == 0
 
 
-def test_failed_batches_and_client_errors_are_recorded_errors_not_gaps(tmp_path):
+def test_a_failed_batch_and_a_client_error_stop_the_job_once_the_answers_are_stored(tmp_path):
+    # A batch that failed validation fails again when resent; a 400 line can never succeed as sent.
     with (
         BatchServer(statuses=["failed"]) as server,
         open_client(registry(server.base_url), "api", tmp_path / "c.sqlite") as client,
     ):
-        failed = client.generate(judging(4))
-        client.write_usage(tmp_path / "u.json")
-        assert client.cache.count() == 0
-    assert all(r.error and "failed (bad input)" in r.error for r in failed)
-    assert json.loads((tmp_path / "u.json").read_text())["errors"] == 4
+        with pytest.raises(StressprobeError) as raised:
+            client.generate(judging(4))
+        assert client.cache.count() == 0 and server.batches_created == 1
+    assert str(raised.value).startswith(
+        "config models.api: 'test-model' refuses the request as sent (batch batch-00001 failed: "
+        "invalid_request: bad input); it fails the same way on every rerun"
+    )
 
     with BatchServer(request_faults={"bad_request": 0.5}, seed=1) as server:
         with open_client(registry(server.base_url), "api", tmp_path / "d.sqlite") as client:
-            responses = client.generate(judging(10))
+            with pytest.raises(StressprobeError, match=r"HTTP 400: injected bad_request"):
+                client.generate(judging(10))
             stored = client.cache.count()
-        assert max(server.lines_received.values()) == 1, "a 400 is not sent again"
-    errors = [r for r in responses if r.error]
-    assert errors and all("HTTP 400" in r.error for r in errors)
-    assert stored == 10 - len(errors)
+        sent = server.lines_received
+    assert max(sent.values()) == 1, "a 400 is not sent again"
+    assert 0 < stored < 10  # every answered line of the batch is stored before the job stops
 
 
 def test_retry_rounds_end_in_recorded_errors(tmp_path):

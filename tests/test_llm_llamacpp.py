@@ -106,9 +106,25 @@ def test_samples_at_temperature_differ_and_reproduce_with_the_seed(client, tmp_p
     assert len(set(greedy.texts)) == 1 and len(greedy.texts) == 3
 
 
-def test_prompt_longer_than_context_is_a_recorded_error(client):
-    (response,) = client.generate([Request.chat(user="word " * 1500, max_tokens=8)])
-    assert response.error is not None and "n_ctx" in response.error and response.texts == []
+def test_a_prompt_longer_than_the_context_stops_the_job_and_keeps_the_answers_before_it(client):
+    # Sorted by rendered prompt, the two short requests are answered (and committed) before the long one.
+    short = [Request.chat(user=f"a short question {i}", max_tokens=4) for i in range(2)]
+    long = Request.chat(user="zz " + "word " * 1500, max_tokens=8)
+    before = client.cache.count()
+    with pytest.raises(StressprobeError) as raised:
+        client.generate([short[0], long, short[1]])
+    message = str(raised.value)
+    assert message.startswith(
+        "config models.smollm2-135m.n_ctx: 'SmolLM2-135M-Instruct.Q4_1.gguf' cannot take a prompt this long "
+        "(a prompt of "
+    )
+    assert message.endswith(
+        "+ max_tokens 8 exceeds n_ctx 1024); raise models.smollm2-135m.n_ctx (up to the model's context "
+        "length) or shorten the inputs; the answers received so far stay cached"
+    )
+    assert client.cache.count() == before + 2
+    again = client.generate(short)
+    assert all(r.cached for r in again)
 
 
 def test_a_prefilled_answer_is_continued_after_the_assistant_turn_opens(client):

@@ -90,12 +90,17 @@ def test_empty_and_off_format_answers_are_answers_not_errors(tmp_path):
     )
 
 
-def test_a_prefilled_answer_is_refused_without_a_call(tmp_path):
+def test_a_prefilled_answer_stops_the_job_without_a_call(tmp_path):
     # The chat API would answer in a new turn, and the prefix would then be read as the model's answer.
     with OpenAIServer() as server, open_client(registry(server), "api", tmp_path / "c.sqlite") as client:
-        (response,) = client.generate([Request.chat(user="Give ##final score", prefill="##final score:")])
+        with pytest.raises(StressprobeError) as raised:
+            client.generate([Request.chat(user="Give ##final score", prefill="##final score:")])
         assert server.total_requests == 0
-    assert response.error == "api: the OpenAI chat API cannot continue a prefilled answer"
+    assert str(raised.value) == (
+        "config models.api.answer_prefill: 'test-model' refuses a parameter of the request (the OpenAI chat "
+        "API cannot continue a prefilled answer); remove models.api.answer_prefill (only vLLM models continue "
+        "a prefilled answer); the answers received so far stay cached"
+    )
 
 
 def _run_job(base_url: str, cache_path: str, results, index: int) -> None:

@@ -22,6 +22,10 @@ its first half of requests only (as the API keeps what finished before the windo
 and ``failed`` answer none (``failed`` with a validation error). ``request_faults``: share of result lines
 that are errors, drawn from ``seed``, the custom_id and the number of times that custom_id was sent
 (``server_error``: 500, ``rate_limit``: 429, ``bad_request``: 400); errors go to the error file.
+``retired``: model ids the API no longer serves: a batch with a line asking one fails validation
+(``model_not_found``, as the Batch API reports it); ``context_tokens`` and ``refused_params``: result lines
+refused as the synchronous test server refuses them (`openai_server.refusal`: 400 ``context_length_exceeded``,
+``unsupported_parameter``), in the error file.
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.openai_server import _State, completion_body, unit_hash
+from tests.support.openai_server import _State, completion_body, refusal, unit_hash
 
 FAULT_STATUS = {"server_error": 500, "rate_limit": 429, "bad_request": 400}
 
 
 class _BatchState:
-    def __init__(self, duration, statuses, request_faults, seed):
+    def __init__(
+        self, duration, statuses, request_faults, seed, retired=(), context_tokens=None, refused_params=()
+    ):
         self.duration = duration
         self.statuses = list(statuses or [])
         self.request_faults = dict(request_faults or {})
@@ -58,6 +64,9 @@ class _BatchState:
         from tests.support.openai_server import rule_responder
 
         self.chat.responder = rule_responder
+        self.retired = tuple(retired)
+        self.chat.context_tokens = context_tokens
+        self.chat.refused_params = tuple(refused_params)
 
     def new_id(self, prefix: str, table: dict) -> str:
         return f"{prefix}-{len(table) + 1:05d}"
@@ -75,7 +84,15 @@ class _BatchState:
         """Answer the batch's input file into output and error files, as its planned status says."""
         status = batch["planned"]
         lines = [json.loads(x) for x in self.files[batch["input_file_id"]].decode().splitlines() if x.strip()]
-        if status == "failed":
+        retired = [(i, line) for i, line in enumerate(lines) if line["body"].get("model") in self.retired]
+        if retired:
+            i, line = retired[0]
+            model = line["body"]["model"]
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            error = {"code": "model_not_found", "message": message, "param": "body.model", "line": i + 1}
+            batch["errors"] = {"object": "list", "data": [error]}
+            status, lines = "failed", []
+        elif status == "failed":
             batch["errors"] = {
                 "object": "list",
                 "data": [{"code": "invalid_request", "message": "bad input"}],
@@ -91,7 +108,11 @@ class _BatchState:
             attempt = self.attempts[custom_id]
             self.attempts[custom_id] += 1
             fault = self.fault_for(custom_id, attempt)
-            if fault is None:
+            refused = refusal(self.chat, line["body"])
+            if refused is not None:
+                response = {"status_code": refused[0], "request_id": "", "body": refused[1]}
+                errors.append({"id": f"br-{custom_id[:8]}", "custom_id": custom_id, "response": response})
+            elif fault is None:
                 body = completion_body(self.chat, line["body"], "ok")
                 response = {"status_code": 200, "request_id": f"req-{custom_id[:8]}", "body": body}
                 outputs.append({"id": f"br-{custom_id[:8]}", "custom_id": custom_id, "response": response})
@@ -252,8 +273,19 @@ class _Server(ThreadingHTTPServer):
 class BatchServer:
     """Context manager running the fake Batch API; see the module docstring."""
 
-    def __init__(self, duration: float = 0.0, statuses=None, request_faults=None, seed: int = 0) -> None:
-        self.state = _BatchState(duration, statuses, request_faults, seed)
+    def __init__(
+        self,
+        duration: float = 0.0,
+        statuses=None,
+        request_faults=None,
+        seed: int = 0,
+        retired: tuple[str, ...] = (),
+        context_tokens: int | None = None,
+        refused_params: tuple[str, ...] = (),
+    ) -> None:
+        self.state = _BatchState(
+            duration, statuses, request_faults, seed, retired, context_tokens, refused_params
+        )
         self._server: _Server | None = None
 
     def __enter__(self) -> BatchServer:

@@ -10,7 +10,7 @@ Usage::
         ...                                   # call stressprobe.llm against it
         server.requests                       # Counter: canonical request body -> times received
         server.total_requests                 # chat completion POSTs received (all attempts)
-        server.outcomes                       # Counter: "ok", "rate_limit", "server_error", ...
+        server.outcomes                       # Counter: "ok", "rate_limit", "server_error", ..., "refused"
         server.api_keys                       # set of bearer tokens seen
 
 Endpoints: ``GET /health`` (200 once serving, as vLLM's server), ``GET /v1/models`` (lists `model_ids`) and ``POST /v1/chat/completions`` (``n`` choices, ``usage``,
@@ -33,6 +33,14 @@ Constructor arguments:
 - ``require_key``: answer 401 unless the bearer token equals it.
 - ``max_choices``: answer at most this many choices whatever ``n`` asks (as llama.cpp's server, which
   ignores ``n``); None = honour ``n``.
+- Refusals, each in the provider's own wording (stressprobe.llm.failures classifies them): ``retired``:
+  model ids answered 404 ``model_not_found`` (not listed by ``/v1/models``, as a retired model);
+  ``context_tokens``: a request whose prompt plus ``max_tokens`` (both counted as `tokenize` counts) exceeds
+  it is answered 400 ``context_length_exceeded``; ``refused_params``: body fields answered 400
+  ``unsupported_parameter`` (o-series: ``max_tokens``, ``temperature``); ``missing_scope``: chat completions
+  answered 401 though the key lists models (a restricted key without the ``model.request`` scope).
+  ``error_style="vllm"`` words these errors as `vllm serve` does (``code`` the HTTP status, ``type`` the
+  exception's name).
 - ``port``: the port to listen on (0 = any free one).
 - ``process``: serve from a forked child process (benchmarks: keeps the server off the client's GIL);
   counters are then fetched from ``/_stats``. Custom responders work in both modes.
@@ -139,6 +147,11 @@ class _State:
         self.api_keys: set[str] = set()
         self.stopping = threading.Event()
         self.max_choices: int | None = None
+        self.retired: tuple[str, ...] = ()
+        self.context_tokens: int | None = None
+        self.refused_params: tuple[str, ...] = ()
+        self.missing_scope = False
+        self.error_style = "openai"
 
     def fault_for(self, body_key: str, attempt: int) -> str:
         """The outcome of attempt `attempt` of this body: a fault kind or "ok"."""
@@ -202,6 +215,49 @@ def completion_body(state: _State, body: dict[str, Any], outcome: str) -> dict[s
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+VLLM_ERROR_TYPES = {400: "BadRequestError", 401: "UnauthorizedError", 404: "NotFoundError"}
+
+
+def refusal(state: _State, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """The (status, error body) a provider refuses this request with, or None when it is answered."""
+    model = str(body.get("model", ""))
+    error: dict[str, Any] | None = None
+    if state.missing_scope:
+        message = "You have insufficient permissions for this operation. Missing scopes: model.request."
+        error = {
+            "status": 401,
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    elif model in state.retired:
+        message = f"The model `{model}` does not exist or you do not have access to it."
+        error = {"status": 404, "message": message, "type": "invalid_request_error", "param": None}
+        error["code"] = "model_not_found"
+    elif refused := [p for p in state.refused_params if p in body]:
+        message = f"Unsupported parameter: '{refused[0]}' is not supported with this model."
+        error = {"status": 400, "message": message, "type": "invalid_request_error", "param": refused[0]}
+        error["code"] = "unsupported_parameter"
+    elif state.context_tokens is not None:
+        prompt = len(tokenize(prompt_text(body)))
+        asked = prompt + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        if asked > state.context_tokens:
+            message = (
+                f"This model's maximum context length is {state.context_tokens} tokens. However, you requested "
+                f"{asked} tokens ({prompt} in the messages, {asked - prompt} in the completion). Please reduce "
+                "the length of the messages or completion."
+            )
+            error = {"status": 400, "message": message, "type": "invalid_request_error", "param": "messages"}
+            error["code"] = "context_length_exceeded"
+    if error is None:
+        return None
+    status = error.pop("status")
+    if state.error_style == "vllm":
+        error.update(code=status, type=VLLM_ERROR_TYPES[status])
+    return status, {"error": error}
 
 
 def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -268,6 +324,12 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 attempt = state.requests[key]
                 state.requests[key] += 1
+            refused = refusal(state, body)
+            if refused is not None:
+                with state.lock:
+                    state.outcomes["refused"] += 1
+                self.send_json(*refused)
+                return
             outcome = state.fault_for(key, attempt)
             with state.lock:
                 state.outcomes[outcome] += 1
@@ -313,6 +375,11 @@ class OpenAIServer:
         require_key: str | None = None,
         process: bool = False,
         max_choices: int | None = None,
+        retired: tuple[str, ...] = (),
+        context_tokens: int | None = None,
+        refused_params: tuple[str, ...] = (),
+        missing_scope: bool = False,
+        error_style: str = "openai",
         port: int = 0,
         host: str = "127.0.0.1",
     ) -> None:
@@ -327,6 +394,11 @@ class OpenAIServer:
             require_key,
         )
         self._state.max_choices = max_choices
+        self._state.retired = tuple(retired)
+        self._state.context_tokens = context_tokens
+        self._state.refused_params = tuple(refused_params)
+        self._state.missing_scope = missing_scope
+        self._state.error_style = error_style
         self._process_mode = process
         self._port = port
         self._host = host  # another address of this machine, for clients in other network namespaces

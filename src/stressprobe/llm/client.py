@@ -188,20 +188,30 @@ class Client:
             raise
 
     async def _run_async(self, todo: list[tuple[str, Request]], answers: dict[str, Response]) -> None:
-        """One task per request; a key is claimed only once a concurrency slot is free (claims = calls)."""
+        """One task per request; a key is claimed only once a concurrency slot is free (claims = calls).
+
+        After the first failure that stops the job (a permanent one: ModelRefused), no further request is
+        sent; the calls already in flight finish and their answers are committed (they are paid for), then
+        that failure is raised."""
         slots = asyncio.Semaphore(self.backend.concurrency)
+        stopped: list[Exception] = []
 
         async def answer(key: str, request: Request) -> None:
             delay = POLL_START_S
-            while True:
+            while not stopped:
                 async with slots:
+                    if stopped:
+                        return
                     state = self.cache.claim(key)
                     if state is Claim.MINE:
                         try:
                             response = await self.backend.acomplete(request)
-                        except BaseException:
+                        except BaseException as exc:
                             self.cache.release(key)
-                            raise
+                            if not isinstance(exc, Exception):
+                                raise
+                            stopped.append(exc)
+                            return
                         self._store(key, request, response)
                         answers[key] = response
                         return
@@ -212,6 +222,8 @@ class Client:
                 delay = min(POLL_MAX_S, delay * 2)
 
         await asyncio.gather(*(answer(k, r) for k, r in todo))
+        if stopped:
+            raise stopped[0]
 
     def reset_usage(self) -> None:
         """Start counting afresh (a job answering several cells writes one usage sidecar per cell); the

@@ -86,8 +86,9 @@ def answer_prefill(entry: dict[str, Any], prefix: str) -> str | None:
 class Response:
     """What a model returned for one Request (n samples), or why it could not.
 
-    `error` is set (and `texts` empty) when the call failed after all retries; such responses are never
-    cached. `top_logprobs` covers the first sample only: one dict token -> logprob per generated token.
+    `error` is set (and `texts` empty) when a transient failure outlasted every retry; such responses are
+    never cached, so the next run asks again. (A permanent failure raises ModelRefused instead:
+    stressprobe.llm.failures.) `top_logprobs` covers the first sample only: one dict token -> logprob per generated token.
     """
 
     texts: list[str] = field(default_factory=list)

@@ -29,8 +29,9 @@ class Backend:
         return list(range(len(requests)))
 
     def complete(self, requests: list[Request]) -> list[Response]:
-        """Answer each request; a failed call is a Response with `error` set. Input no rerun can mend (vLLM: a
-        prompt longer than `max_model_len`) raises StressprobeError naming the config key instead."""
+        """Answer each request; a transient failure that outlasted its retries is a Response with `error`
+        set. A request that can never succeed as sent (a prompt longer than the context) raises ModelRefused
+        (stressprobe.llm.failures), which stops the job."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -50,7 +51,7 @@ class AsyncBackend(Backend):
         return self._loop.run_until_complete(coroutine)
 
     async def acomplete(self, request: Request) -> Response:
-        """Answer one request, retrying transient failures; never raises for a failed call."""
+        """Answer one request, retrying transient failures; raises ModelRefused for a permanent one."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ from stressprobe.llm.cpu import (
     read_cpuinfo,
     run_probe,
 )
+from stressprobe.llm.failures import refusal
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -257,6 +258,8 @@ class LlamaCppBackend(Backend):
         super().__init__(name, identity)
         import llama_cpp  # imported here: loading the native library is not free
 
+        self.model_id = identity.get("gguf", path.name)  # the registry's file, not a converted copy
+
         self._llama_cpp = llama_cpp
         try:
             with model_params_override(model_overrides or {}):
@@ -300,9 +303,14 @@ class LlamaCppBackend(Backend):
     def _complete_one(self, request: Request) -> Response:
         tokens = self.llm.tokenize(self.render(request).encode("utf-8"), add_bos=False, special=True)
         if len(tokens) + request.max_tokens > self.llm.n_ctx():
-            return Response.failure(
-                f"{self.name}: prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} "
-                f"exceeds n_ctx {self.llm.n_ctx()}; raise models.{self.name}.n_ctx or shorten the prompt"
+            # Fails on every rerun: the job stops (stressprobe.llm.failures), the answers before it are cached.
+            raise refusal(
+                self.name,
+                self.model_id,
+                "context",
+                f"a prompt of {len(tokens)} tokens + max_tokens {request.max_tokens} exceeds n_ctx {self.llm.n_ctx()}",
+                key="n_ctx",
+                fix=f"raise models.{self.name}.n_ctx (up to the model's context length) or shorten the inputs",
             )
         # At temperature 0 every sample is the greedy one: compute it once and repeat it.
         samples = 1 if request.temperature == 0 else request.n

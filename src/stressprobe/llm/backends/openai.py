@@ -2,7 +2,8 @@
 
 The client's own retries are off (`max_retries=0`): this module retries 429/5xx/timeouts/dropped connections
 itself, with exponential backoff and full jitter, so every retry is logged and the budget is bounded. A call
-that still fails comes back as a Response with `error` set. The API key is read from the environment variable
+that still fails comes back as a Response with `error` set; one that can never succeed as sent (404, 401/403,
+any other 4xx) raises ModelRefused at once and stops the job (stressprobe.llm.failures). The API key is read from the environment variable
 named in the registry entry and never written anywhere; error messages are scrubbed of it.
 """
 
@@ -19,13 +20,14 @@ import httpx
 from stressprobe.llm.backends.base import AsyncBackend, Backend
 from stressprobe.llm.backends.openai_protocol import (
     API_DEFAULTS,
-    RETRYABLE_STATUS,
     api_settings,
     chat_arguments,
+    check_supported,
     connect,
     parse_completion,
     redact,
 )
+from stressprobe.llm.failures import classify, error_fields, refusal
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -137,11 +139,7 @@ class OpenAIBackend(AsyncBackend):
         return dataclasses.replace(response, texts=texts, completion_tokens=completion)
 
     async def _complete_once(self, request: Request) -> Response:
-        if request.prefill is not None and not self.continues_prefill:
-            # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
-            return Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer")
-        if request.logprobs and "logprobs" in self.api["unsupported_params"]:
-            return Response.failure(f"{self.name}: this model's API returns no logprobs (unsupported_params)")
+        check_supported(self.name, self.model, request, self.api, self.continues_prefill)
         arguments = chat_arguments(self.model, request, self.api, self.extra_body)
         if request.prefill is not None:
             # vLLM's chat extensions: continue the final (assistant) message instead of opening a new turn.
@@ -151,10 +149,12 @@ class OpenAIBackend(AsyncBackend):
             outcome = await self._attempt(arguments, request)
             if isinstance(outcome, Response):
                 return outcome
-            status = getattr(outcome, "status_code", None)
             reason = self.describe(outcome)
-            retryable = status is None or status in RETRYABLE_STATUS or status >= 500
-            if not retryable or attempt == attempts - 1:
+            kind = self.classify(outcome)
+            if kind != "transient":
+                log.error("%s: the request can never succeed as sent: %s", self.name, reason)
+                raise refusal(self.name, self.model, kind, reason)
+            if attempt == attempts - 1:
                 tried = f"after {attempt + 1} attempt{'s' if attempt else ''}"
                 log.error("%s: call failed %s: %s", self.name, tried, reason)
                 return Response.failure(f"{self.name}: {reason} {tried}")
@@ -189,9 +189,18 @@ class OpenAIBackend(AsyncBackend):
         finally:
             self._slots.put_nowait(client)
 
+    def classify(self, exc: Exception) -> str:
+        """The failure's class (stressprobe.llm.failures.classify) from its status and error body."""
+        code, message = error_fields(getattr(exc, "body", None))
+        return classify(getattr(exc, "status_code", None), code, message or str(exc))
+
     def describe(self, exc: Exception) -> str:
-        """A short, key-free description of a failed call."""
+        """A short, key-free description of a failed call: the provider's own message where it sent one."""
         status = getattr(exc, "status_code", None)
+        code, message = error_fields(getattr(exc, "body", None))
+        if status is not None and message:
+            kind = f"HTTP {status}" + (f" {code}" if code else "")
+            return redact(f"{kind}: {message[:200]}", self._api_key)
         kind = type(exc).__name__ + (f" HTTP {status}" if status is not None else "")
         return redact(f"{kind}: {str(exc)[:200]}", self._api_key)
 

@@ -11,9 +11,12 @@ that batch has been stored in the cache. A job killed while its batches run find
 start and re-attaches to them (an entry without a batch id is looked up by its input file among the account's
 batches) instead of paying again.
 
-Nothing is dropped silently: a request whose batch failed, expired or was cancelled, or whose result line is
-missing or a retryable error (429, 5xx), is sent again in a new batch, up to `max_retries` rounds; then, and
-for non-retryable errors (4xx) at once, it comes back as a Response with `error` set (recorded, not cached).
+Nothing is dropped silently: a request whose batch expired or was cancelled, or whose result line is missing
+or a transient error (429, 5xx), is sent again in a new batch, up to `max_retries` rounds; then it comes back
+as a Response with `error` set (recorded, not cached). A batch that failed validation (an unknown model, a
+malformed file) or a result line with a permanent error (404, 400, 401/403) stops the job with one line
+(stressprobe.llm.failures), once every answer of the batches that have ended is stored; batches still running
+stay in the ledger, and the rerun re-attaches to them.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from typing import Any
 from stressprobe.io import write_json
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai_protocol import (
-    RETRYABLE_STATUS,
+    api_settings,
     chat_arguments,
+    check_supported,
     connect,
     parse_completion,
     redact,
 )
+from stressprobe.llm.failures import ModelRefused, classify, error_fields, refusal
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -46,8 +51,6 @@ COMPLETION_WINDOW = "24h"
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1000 * 1000
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
-# A batch that failed validation fails again when resent; expired and cancelled ones may succeed.
-RETRYABLE_BATCH_STATUS = {"expired", "cancelled"}
 
 Store = Callable[[str, Request, Response], None]
 
@@ -77,11 +80,6 @@ def split_lines(sizes: list[int], max_requests: int, max_bytes: int) -> list[lis
     return groups
 
 
-def retryable(status: int | None) -> bool:
-    """Whether a failed request is worth sending again (no status: the line was missing)."""
-    return status is None or status in RETRYABLE_STATUS or status >= 500
-
-
 def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBatchBackend:
     """Read the key, check the server answers, and build the backend."""
     return OpenAIBatchBackend(
@@ -90,6 +88,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBatchBackend:
         poll_s=float(entry.get("batch_poll_s", 30.0)),
         max_requests=int(entry.get("batch_max_requests", MAX_REQUESTS)),
         max_bytes=int(entry.get("batch_max_bytes", MAX_BYTES)),
+        api=api_settings(entry),
     )
 
 
@@ -138,12 +137,14 @@ class OpenAIBatchBackend(Backend):
         max_requests: int,
         max_bytes: int,
         extra: dict[str, Any] | None = None,
+        api: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity)
         from openai import OpenAI  # slow to import, and only the API backends need it
 
         self.model = model
         self.extra_body = extra or {}
+        self.api = api or api_settings({})
         self.max_retries = max_retries
         self.poll_s = poll_s
         self.max_requests = min(max_requests, MAX_REQUESTS)
@@ -166,15 +167,8 @@ class OpenAIBatchBackend(Backend):
         """Answer every (cache key, request) through batches, calling `store` once per key as answers arrive."""
         pending = dict(items)
         reasons: dict[str, str] = {}
-        for key, request in list(pending.items()):
-            if request.prefill is not None:
-                # The chat API answers in a new turn: a prefix the model never saw would be read as its answer.
-                store(
-                    key,
-                    request,
-                    Response.failure(f"{self.name}: the OpenAI chat API cannot continue a prefilled answer"),
-                )
-                del pending[key]
+        for request in pending.values():
+            check_supported(self.name, self.model, request, self.api, continues_prefill=False)
         rounds = self.max_retries + 1
         for round_ in range(rounds):
             if not pending:
@@ -227,7 +221,7 @@ class OpenAIBatchBackend(Backend):
     def _submit(self, todo: dict[str, Request]) -> list[dict[str, Any]]:
         """Upload and create batches for `todo`, split at the API's limits; each is in the ledger first."""
         keys = list(todo)
-        lines = [batch_line(k, chat_arguments(self.model, todo[k], self.extra_body)) for k in keys]
+        lines = [batch_line(k, chat_arguments(self.model, todo[k], self.api, self.extra_body)) for k in keys]
         jobs = []
         for group in split_lines([len(line) for line in lines], self.max_requests, self.max_bytes):
             data = b"".join(lines[i] for i in group)
@@ -276,8 +270,10 @@ class OpenAIBatchBackend(Backend):
             for entry in running:
                 batch = self._client.batches.retrieve(entry["batch_id"])
                 if batch.status in TERMINAL:
-                    self._collect(entry, batch, pending, reasons, store)
-                    self.ledger.remove(entry)
+                    refused = self._collect(entry, batch, pending, reasons, store)
+                    self.ledger.remove(entry)  # every answer it holds is stored
+                    if refused is not None:
+                        raise refused
                 else:
                     still.append(entry)
             running = still
@@ -291,17 +287,25 @@ class OpenAIBatchBackend(Backend):
         pending: dict[str, Request],
         reasons: dict[str, str],
         store: Store,
-    ) -> None:
-        """Store the answers and final errors of an ended batch; leave the retryable ones in `pending`."""
+    ) -> ModelRefused | None:
+        """Store the answers of an ended batch and leave the transiently failed ones in `pending`; return the
+        first permanent failure (which stops the job once the batch's answers are stored), if any."""
+        if batch.status == "failed":
+            # Failed validation (an unknown model, a malformed file): it fails the same way when resent.
+            errors = getattr(getattr(batch, "errors", None), "data", None) or []
+            first = errors[0] if errors else None
+            code = getattr(first, "code", None)
+            reason = redact(
+                f"batch {batch.id} failed: {code or 'error'}: {getattr(first, 'message', '')}", self._api_key
+            )
+            kind = classify(400, code, reason)
+            return refusal(self.name, self.model, kind, reason)
         results = {}
         for file_id in (batch.output_file_id, batch.error_file_id):
             if file_id:
                 results.update(self._read_results(file_id))
         batch_reason = f"batch {batch.id} {batch.status}"
-        if batch.status == "failed":
-            errors = getattr(getattr(batch, "errors", None), "data", None) or []
-            batch_reason += f" ({errors[0].message})" if errors else ""
-        answered = failed = 0
+        answered, refused = 0, None
         for key in entry["custom_ids"]:
             if key not in pending:
                 continue  # answered meanwhile (another job, or an earlier round)
@@ -309,10 +313,6 @@ class OpenAIBatchBackend(Backend):
             line = results.get(key)
             if line is None:
                 reasons[key] = f"{batch_reason}: no result for this request"
-                if batch.status not in RETRYABLE_BATCH_STATUS and batch.status != "completed":
-                    store(key, request, Response.failure(f"{self.name}: {reasons[key]}"))
-                    del pending[key]
-                    failed += 1
                 continue
             response = line.get("response") or {}
             status = response.get("status_code")
@@ -322,22 +322,24 @@ class OpenAIBatchBackend(Backend):
                 del pending[key]
                 answered += 1
                 continue
-            error = line.get("error") or body.get("error") or {}
-            message = redact(f"HTTP {status}: {error.get('message', 'error')}"[:200], self._api_key)
+            code, text = error_fields(line.get("error") or body)
+            message = redact(
+                f"HTTP {status}{' ' + code if code else ''}: {text or 'error'}"[:200], self._api_key
+            )
             reasons[key] = f"{batch_reason}: {message}"
-            if not retryable(status):
-                store(key, request, Response.failure(f"{self.name}: {message}"))
-                del pending[key]
-                failed += 1
+            kind = classify(status, code, text)
+            if kind != "transient" and refused is None:
+                refused = refusal(self.name, self.model, kind, message)
         log.info(
-            "%s: batch %s %s: %d answered, %d failed, %d to send again",
+            "%s: batch %s %s: %d answered, %d to send again%s",
             self.name,
             batch.id,
             batch.status,
             answered,
-            failed,
             sum(k in pending for k in entry["custom_ids"]),
+            "; a request can never succeed as sent: stopping" if refused else "",
         )
+        return refused
 
     def _read_results(self, file_id: str) -> dict[str, dict[str, Any]]:
         """custom_id -> result line of an output or error file."""

@@ -15,13 +15,13 @@ import httpx
 
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.backends import backend_identity
+from stressprobe.llm.failures import refusal
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PREFLIGHT_TIMEOUT_S = 5.0
-RETRYABLE_STATUS = {408, 409, 429}
 KEYLESS_PLACEHOLDER = "EMPTY"
 
 
@@ -140,6 +140,32 @@ def chat_arguments(
         arguments["logprobs"] = True
         arguments["top_logprobs"] = request.logprobs
     return arguments
+
+
+def check_supported(
+    name: str, model: str, request: Request, api: dict[str, Any], continues_prefill: bool
+) -> None:
+    """Raise ModelRefused (the job stops) for a request this model's API cannot answer as asked: a prefilled
+    answer where the chat API opens a new turn (the prefix would be read as the model's answer), or
+    logprobs from a model whose API returns none (the study would silently get none)."""
+    if request.prefill is not None and not continues_prefill:
+        raise refusal(
+            name,
+            model,
+            "parameter",
+            "the OpenAI chat API cannot continue a prefilled answer",
+            key="answer_prefill",
+            fix=f"remove models.{name}.answer_prefill (only vLLM models continue a prefilled answer)",
+        )
+    if request.logprobs and "logprobs" in api["unsupported_params"]:
+        raise refusal(
+            name,
+            model,
+            "parameter",
+            "its API returns no logprobs (unsupported_params lists logprobs)",
+            key="unsupported_params",
+            fix="a study that reads logprobs needs another model",
+        )
 
 
 def fold_system_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:

@@ -5,7 +5,8 @@ vllm is an optional extra (`pip install stressprobe[vllm]` on a GPU node) and is
 vllm model is opened. The client hands over `batch_size` requests (`models.<name>.batch_size`, 512 by
 default) per `chat` call, which vLLM batches continuously with prefix caching, and commits each call's answers
 to the cache when it returns, before the next is asked: a killed job loses at most one call's work. A request
-vLLM refuses (a prompt longer than `max_model_len`) stops the job with one line naming the config key.
+vLLM refuses (a prompt longer than `max_model_len`) stops the job with one line naming the config key, as a
+served model's HTTP 400 does (stressprobe.llm.failures).
 
 An entry that carries `served_base_url` (set at run time by `serving.serve_models`, never by a config file)
 is answered over HTTP by the OpenAI backend's machinery instead, with the same `vllm` identity in the cache
@@ -17,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai import OpenAIBackend
 from stressprobe.llm.backends.openai_protocol import KEYLESS_PLACEHOLDER, preflight
+from stressprobe.llm.failures import TOO_LONG, refusal
 from stressprobe.llm.serving import SERVED_URL_KEY, engine_args
 from stressprobe.llm.types import Request, Response
 
@@ -114,10 +115,6 @@ def parse_output(output: Any, request: Request) -> Response:
     )
 
 
-# vLLM's refusals of a prompt that does not fit: its renderer's ("maximum context length", what LLM.chat
-# raises in 0.32) and its input processor's ("maximum model length").
-TOO_LONG = re.compile(r"maximum (context|model) length")
-
 # Requests per `chat` call: enough for vLLM to fill a GPU's batch, few enough that a killed job loses little.
 BATCH_SIZE = 512
 
@@ -134,6 +131,7 @@ class VllmBackend(Backend):
         self.batch_size = int(entry.get("batch_size", BATCH_SIZE))
         args = engine_args(entry)
         self.max_model_len = args["max_model_len"]
+        self.model = args["model"]
         log.info("%s: loading %s in vLLM", name, args["model"])
         try:
             self.llm = vllm.LLM(**args)
@@ -173,14 +171,17 @@ class VllmBackend(Backend):
         quietly drop the longest inputs from the results. Answers already committed stay in the cache."""
         reason = one_line_tail(str(exc), 1) or type(exc).__name__
         if TOO_LONG.search(reason):  # (vLLM's message says it all: no traceback)
-            return StressprobeError(
-                f"config models.{self.name}.max_model_len: a prompt does not fit in {self.max_model_len} tokens "
-                f"({reason}); raise models.{self.name}.max_model_len (up to the model's context length) or "
-                "shorten the inputs; vLLM's messages are in the job's log"
+            return refusal(
+                self.name,
+                self.model,
+                "context",
+                f"{reason} (max_model_len {self.max_model_len})",
+                key="max_model_len",
+                fix=f"raise models.{self.name}.max_model_len (up to the model's context length) or shorten the inputs",
             )
         log.error("%s: vLLM failed on a call of %d requests", self.name, count, exc_info=exc)
         return StressprobeError(
-            f"config models.{self.name}: vLLM failed on a call of {count} requests ({type(exc).__name__}: "
+            f"config models.{self.name}: vLLM failed on a call of {count} requests to {self.model!r} ({type(exc).__name__}: "
             f"{reason}); vLLM's messages and the traceback are in the job's log"
         )
 

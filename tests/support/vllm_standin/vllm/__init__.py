@@ -4,9 +4,10 @@ parallelism, each served model on its own slice of the job's GPUs). Everything e
 
 Put tests/support/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a
 JSON line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests
-per job. Every answer is the CDV one (``Answer: <A-D>``, from a hash of the prompt). The OpenAI-compatible
-server (`vllm serve`, entrypoints/cli/main.py) records its load in the same log and answers with the same
-`answer` function.
+per job. Every answer is the CDV one (``Answer: <A-D>``, from a hash of the prompt). A prompt of more tokens
+than `max_model_len` (a token is 4 characters here) is refused as vLLM 0.32's `LLM.chat` refuses it: the whole
+call raises VLLMValidationError. The OpenAI-compatible server (`vllm serve`, entrypoints/cli/main.py) records
+its load in the same log, answers with the same `answer` function and refuses such a prompt with HTTP 400.
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def record(event: dict) -> None:
             handle.write(json.dumps({**event, "pid": os.getpid()}) + "\n")
 
 
+def prompt_tokens(conversation) -> int:
+    """The stand-in's token count of a conversation."""
+    return len("\n".join(m["content"] for m in conversation)) // 4
+
+
+class VLLMValidationError(Exception):
+    """As vllm.exceptions.VLLMValidationError: no ValueError."""
+
+
 class SamplingParams:
     def __init__(self, **kwargs):
         self.kwargs = kwargs
@@ -49,12 +59,22 @@ class LLM:
         continue_final_message=False,
     ):
         record({"event": "chat", "model": self.kwargs.get("model"), "requests": len(conversations)})
+        limit = self.kwargs.get("max_model_len")
+        for conversation in conversations:
+            if limit is not None and prompt_tokens(conversation) > limit:
+                raise VLLMValidationError(  # vLLM 0.32's wording
+                    f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+                    f"{prompt_tokens(conversation)} input tokens, which exceeds this limit even without any "
+                    "output tokens. Please reduce the length of the input prompt. "
+                    f"(parameter=input_tokens, value={prompt_tokens(conversation)})"
+                )
         outputs = []
         for conversation, params in zip(conversations, sampling_params, strict=True):
-            prompt = "\n".join(m["content"] for m in conversation)
             samples = [
                 SimpleNamespace(text=answer(conversation), token_ids=[1, 2, 3, 4], logprobs=None)
                 for _ in range(params.kwargs.get("n") or 1)
             ]
-            outputs.append(SimpleNamespace(outputs=samples, prompt_token_ids=[0] * (len(prompt) // 4)))
+            outputs.append(
+                SimpleNamespace(outputs=samples, prompt_token_ids=[0] * prompt_tokens(conversation))
+            )
         return outputs

@@ -3,7 +3,8 @@ serve`), for the tests that need GPUs (several per job, tensor parallelism): par
 stressprobe.llm.serving passes (an unknown one fails, as it would in
 vLLM), records a `load` event in STRESSPROBE_VLLM_STANDIN_LOG (with the GPUs it was given) and serves
 `/health`, `/v1/models` and `/v1/chat/completions` (tests/support/openai_server.py) with the in-process
-stand-in's answers, logging a `chat` event per request. Test switches: STRESSPROBE_VLLM_STANDIN_EXIT=<status>
+stand-in's answers, logging a `chat` event per request; a prompt longer than `--max-model-len` is answered
+HTTP 400 as vLLM answers it. Test switches: STRESSPROBE_VLLM_STANDIN_EXIT=<status>
 exits at once after a message (a server that fails to load); STRESSPROBE_VLLM_STANDIN_DELAY_S waits before
 listening (a slow load).
 """
@@ -64,7 +65,15 @@ def main(argv: list[str] | None = None) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with OpenAIServer(responder=respond, model_ids=names, port=args.port):
+    # Its refusal of a prompt longer than the model's context: HTTP 400 in vLLM's wording (max_model_len counts
+    # prompt and completion, in the test server's tokens).
+    with OpenAIServer(
+        responder=respond,
+        model_ids=names,
+        port=args.port,
+        context_tokens=args.max_model_len,
+        error_style="vllm",
+    ):
         print(f"stand-in vLLM server for {args.model} on {args.host}:{args.port}", flush=True)
         stop.wait()
 
