@@ -9,6 +9,7 @@ from stressprobe.cost import CacheView, judging_estimates, write_estimate
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.prompts import load_judge_template, load_summary_template
+from stressprobe.preflight import run_preflight
 from stressprobe.snakemake_io import cache_path, log, run_script
 
 
@@ -69,8 +70,20 @@ def main(smk):
         smk.params.cdv,
         smk.params.models,
     )
+    # The preflight beside the cost (free: model listings, no completion); problems are shown, not raised.
+    longest = {}
+    for row in rows:
+        longest[row.model] = max(longest.get(row.model, 0), row.longest_request)
+    findings = run_preflight(smk.params.preflight_models, smk.params.models, smk.params.run_days, longest)
     markdown = write_estimate(
-        rows, smk.output.csv, smk.output.md, smk.params.models, smk.output.models, asks, smk.output.overlap
+        rows,
+        smk.output.csv,
+        smk.output.md,
+        smk.params.models,
+        smk.output.models,
+        asks,
+        smk.output.overlap,
+        findings,
     )
     log.info("%d cells, %d calls to make", len(rows), sum(r.to_call for r in rows))
     print(markdown)

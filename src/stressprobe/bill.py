@@ -26,6 +26,7 @@ class ModelBill:
     batch_usd: float | None  # None: no batch API for this backend
     billed_usd: float  # what the config will pay (batch price for `batch: true`)
     gpu_hours: float | None  # vLLM models with a configured throughput; None otherwise
+    preflight: str = ""  # the preflight's verdict on the model (ok, warning, error); "" when not run
 
 
 def gpu_hours(entry: Mapping[str, Any], calls: int, tokens: int) -> float | None:
@@ -43,8 +44,13 @@ def gpu_hours(entry: Mapping[str, Any], calls: int, tokens: int) -> float | None
     return seconds / 3600 * int(entry.get("gpus", 1))
 
 
-def model_bills(rows: Sequence[Any], models: Mapping[str, Mapping[str, Any]]) -> list[ModelBill]:
-    """The rows summed per model, priced synchronously and at the batch rate (API models)."""
+def model_bills(
+    rows: Sequence[Any],
+    models: Mapping[str, Mapping[str, Any]],
+    preflight: Mapping[str, str] | None = None,
+) -> list[ModelBill]:
+    """The rows summed per model, priced synchronously and at the batch rate (API models), with the
+    preflight's verdict per model when given (models it had nothing to check for: `-`)."""
     bills = []
     for name in sorted({r.model for r in rows}):
         mine = [r for r in rows if r.model == name]
@@ -70,6 +76,7 @@ def model_bills(rows: Sequence[Any], models: Mapping[str, Mapping[str, Any]]) ->
                 batch_usd=None if batch is None else round(batch, 4),
                 billed_usd=round(cost_usd(prompt, completion, effective_price(entry)), 4),
                 gpu_hours=None if hours is None else round(hours, 3),
+                preflight="" if preflight is None else preflight.get(name, "-"),
             )
         )
     return bills
@@ -99,6 +106,7 @@ def model_bills_markdown(bills: Sequence[ModelBill]) -> str:
         "(`batch_price_factor`, OpenAI-compatible APIs only), `billed_usd` what this config pays (the batch "
         "rate for `batch: true` models). `gpu_hours`: the calls to make at the model's configured "
         "`throughput` (requests/s, else tokens/s of prompt and completion), times its `gpus`; '-' when none "
-        "is configured. CDV rows are upper bounds, so these sums are too where a model has CDV work.\n"
+        "is configured. `preflight`: its verdict on the model (`ok`, `warning`, `error`; details below; `-`: "
+        "nothing to check, e.g. llama.cpp). CDV rows are upper bounds, so these sums are too where a model has CDV work.\n"
     )
     return "\n".join(lines) + "\n" + notes

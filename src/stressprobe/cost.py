@@ -38,6 +38,7 @@ from stressprobe.persona.judging import (
     split_condition,
     summary_requests,
 )
+from stressprobe.preflight import Finding, model_status, preflight_markdown
 
 CHARS_PER_TOKEN = 4
 # OpenAI's counting recipe for chat prompts: each message carries ~4 tokens of role and separators, and
@@ -60,6 +61,9 @@ class CellEstimate:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float
+    # The longest single request (prompt + maximum completion tokens): the preflight checks that it fits a
+    # vLLM model's max_model_len.
+    longest_request: int = 0
 
 
 def prompt_tokens(request: Request) -> int:
@@ -127,6 +131,7 @@ def estimate_cell(
         prompt_tokens=prompt,
         completion_tokens=completion,
         cost_usd=round(price_usd(entry, prompt, completion), 4),
+        longest_request=max((prompt_tokens(r) + r.max_tokens for r in unique.values()), default=0),
     )
 
 
@@ -208,13 +213,16 @@ def bound_row(
     dataset: str, cell: str, model: str, entry: Mapping[str, Any], requests: Iterable[tuple[Request, int]]
 ) -> CellEstimate:
     """An upper-bound row of CDV work: (request, how many times at most) pairs, never deduplicated."""
-    calls = prompt = completion = 0
+    calls = prompt = completion = longest = 0
     for request, times in requests:
         calls += times
         prompt += times * prompt_tokens(request)
         completion += times * completion_tokens(request)
+        longest = max(longest, prompt_tokens(request) + request.max_tokens)
     cost = round(price_usd(entry, prompt, completion), 4)
-    return CellEstimate("cdv (bound)", dataset, cell, model, calls, 0, calls, prompt, completion, cost)
+    return CellEstimate(
+        "cdv (bound)", dataset, cell, model, calls, 0, calls, prompt, completion, cost, longest
+    )
 
 
 def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
@@ -230,6 +238,7 @@ def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
         prompt_tokens=sum(r.prompt_tokens for r in rows),
         completion_tokens=sum(r.completion_tokens for r in rows),
         cost_usd=round(sum(r.cost_usd for r in rows), 4),
+        longest_request=max((r.longest_request for r in rows), default=0),
     )
 
 
@@ -271,12 +280,14 @@ def write_estimate(
     models_csv_path: str | Path | None = None,
     asks: Sequence[Ask] | None = None,
     overlap_csv_path: str | Path | None = None,
+    preflight: Sequence[Finding] | None = None,
 ) -> str:
-    """Write the estimate as CSV and Markdown (with the per-model bill when `models` is given, and the
-    requests asked by several jobs when `asks` are, each also as CSV); return the Markdown (for the log)."""
+    """Write the estimate as CSV and Markdown (with the per-model bill when `models` is given, the
+    requests asked by several jobs when `asks` are, each also as CSV, and the preflight's findings beside
+    the cost when given); return the Markdown (for the log)."""
     markdown = estimate_markdown(rows)
     if models is not None:
-        bills = model_bills(rows, models)
+        bills = model_bills(rows, models, model_status(preflight) if preflight is not None else None)
         markdown += "\n## Per model\n\n" + model_bills_markdown(bills)
         if models_csv_path is not None:
             atomic_write(models_csv_path, model_bills_csv(bills))
@@ -285,6 +296,12 @@ def write_estimate(
         markdown += "\n## Requests asked by more than one job\n\n" + overlap_markdown(overlap)
         if overlap_csv_path is not None:
             atomic_write(overlap_csv_path, overlap_csv(overlap))
+    if preflight is not None:
+        markdown += (
+            "\n## Preflight\n\nBefore anything is paid (`snakemake -f preflight` checks the same and stops on an "
+            "error): the model listings, keys, parameter rules, shutdown dates and vLLM models.\n\n"
+            + preflight_markdown(preflight)
+        )
     atomic_write(csv_path, estimate_csv(rows))
     atomic_write(md_path, markdown)
     return markdown

@@ -104,6 +104,13 @@ def begin_job(smk: Any) -> None:
         return
     _begun = log_path or ""
     configure_logging(log_path)
+    # Tables mark rows computed with a substituted model (tables.mark_substitutes); imported only then, as
+    # most jobs write no table and need no pandas.
+    registry = (getattr(smk, "config", None) or {}).get("models") or {}
+    if any(isinstance(e, dict) and e.get("substitute") for e in registry.values()):
+        from stressprobe.tables import set_model_registry
+
+        set_model_registry(registry)
     params = getattr(smk, "params", None)
     models = params.get("models") if hasattr(params, "get") else None
     wildcards = dict(smk.wildcards.items()) if hasattr(smk.wildcards, "items") else {}

@@ -151,13 +151,52 @@ def table_paths(stem: str | Path) -> dict[str, Path]:
     return {ext: stem.with_name(stem.name + f".{ext}") for ext in ("csv", "md", "tex")}
 
 
+# Columns whose values name models of the registry (a row's judge, evaluated model, proxy or victim).
+MODEL_COLUMNS = ("model", "judge", "summarizer", "proxy", "victim")
+# The run's model registry, set once per job from its config (snakemake_io.begin_job): every table a job
+# writes marks its rows computed with a substitute without each table builder passing the registry along.
+_registry: dict[str, Mapping] = {}
+
+
+def set_model_registry(models: Mapping[str, Mapping] | None) -> None:
+    _registry.clear()
+    _registry.update(models or {})
+
+
+def mark_substitutes(frame: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.DataFrame:
+    """`frame` with `model_paper` and `model_run` after its model columns when a model it names ran as a
+    `substitute`: per row, the ids the paper used and the ids actually run ("; " between a row's models).
+    Unchanged when no model of the frame has a substitute, so tables of the paper's own models stay as
+    they are."""
+    present = [c for c in MODEL_COLUMNS if c in frame.columns]
+    named = {v for c in present for v in frame[c].dropna().unique() if isinstance(v, str)}
+    if not any((models.get(name) or {}).get("substitute") for name in named):
+        return frame
+
+    def ids(row, key) -> str:
+        names = dict.fromkeys(row[c] for c in present if isinstance(row[c], str) and row[c] in models)
+        values = [str(models[n].get(key) or models[n].get("model") or n) for n in names]
+        return "; ".join(dict.fromkeys(values))
+
+    marked = frame.copy()
+    at = max(list(frame.columns).index(c) for c in present) + 1
+    marked.insert(at, "model_paper", [ids(r, "model") for _, r in frame.iterrows()])
+    marked.insert(at + 1, "model_run", [ids(r, "substitute") for _, r in frame.iterrows()])
+    return marked
+
+
 def write_table(
     frame: pd.DataFrame,
     stem: str | Path,
     decimals: Mapping[str, int] | None = None,
     bold: pd.DataFrame | None = None,
 ) -> None:
-    """Write `<stem>.csv`, `<stem>.md` and `<stem>.tex` atomically; `bold` applies to Markdown and LaTeX."""
+    """Write `<stem>.csv`, `<stem>.md` and `<stem>.tex` atomically; `bold` applies to Markdown and LaTeX.
+
+    Rows computed with a substituted model say so (`mark_substitutes`, with the job's registry)."""
+    frame = mark_substitutes(frame, _registry)
+    if bold is not None:
+        bold = bold.reindex(columns=frame.columns, fill_value=False)
     paths = table_paths(stem)
     atomic_write(paths["csv"], render_csv(frame))
     atomic_write(paths["md"], render_markdown(frame, decimals, bold))

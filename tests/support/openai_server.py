@@ -31,6 +31,8 @@ Constructor arguments:
   Choices come from a hash of the messages (and, at temperature > 0, of seed and sample index).
 - ``retry_after``: value of a ``Retry-After`` header sent with 429 answers (None = no header).
 - ``require_key``: answer 401 unless the bearer token equals it.
+- ``model_ids``: the ids ``GET /v1/models`` lists; ``shutdown_dates``: id -> ISO date, listed as the
+  model's ``shutdown_date`` (as OpenAI's listing announces a snapshot's retirement).
 - ``max_choices``: answer at most this many choices whatever ``n`` asks (as llama.cpp's server, which
   ignores ``n``); None = honour ``n``.
 - Refusals, each in the provider's own wording (stressprobe.llm.failures classifies them): ``retired``:
@@ -152,6 +154,7 @@ class _State:
         self.refused_params: tuple[str, ...] = ()
         self.missing_scope = False
         self.error_style = "openai"
+        self.shutdown_dates: dict[str, str] = {}
 
     def fault_for(self, body_key: str, attempt: int) -> str:
         """The outcome of attempt `attempt` of this body: a fault kind or "ok"."""
@@ -305,6 +308,7 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 if self.authorized():
                     models = [
                         {"id": m, "object": "model", "created": 0, "owned_by": "test"}
+                        | ({"shutdown_date": state.shutdown_dates[m]} if m in state.shutdown_dates else {})
                         for m in state.model_ids
                     ]
                     self.send_json(200, {"object": "list", "data": models})
@@ -380,6 +384,7 @@ class OpenAIServer:
         refused_params: tuple[str, ...] = (),
         missing_scope: bool = False,
         error_style: str = "openai",
+        shutdown_dates: dict[str, str] | None = None,
         port: int = 0,
         host: str = "127.0.0.1",
     ) -> None:
@@ -399,6 +404,7 @@ class OpenAIServer:
         self._state.refused_params = tuple(refused_params)
         self._state.missing_scope = missing_scope
         self._state.error_style = error_style
+        self._state.shutdown_dates = dict(shutdown_dates or {})
         self._process_mode = process
         self._port = port
         self._host = host  # another address of this machine, for clients in other network namespaces

@@ -8,6 +8,7 @@ from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
 from stressprobe.io import output_path_problem
 from stressprobe.llm import answer_prefill
+from stressprobe.preflight import models_in_use, raise_on_problems, run_preflight
 
 
 def stop_on_error(check, *args):
@@ -42,6 +43,17 @@ stop_on_error(
 # jobs about to run; `workflow.dag` is its plan (checked in tests/test_faults.py on the pinned version).
 onstart:
     stop_on_error(check_outputs_writable, workflow.dag.needrun_jobs())
+    if config["preflight"]["before_run"]:
+        # The preflight before the first job (config preflight.before_run): nothing is paid on a failure.
+        stop_on_error(
+            lambda: raise_on_problems(
+                run_preflight(
+                    models_in_use(config),
+                    config["models"],
+                    config["preflight"]["run_days"],
+                )
+            )
+        )
 
 
 def _alternation(names):

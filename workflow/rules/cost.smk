@@ -38,5 +38,27 @@ rule cost_estimate:
         cdv_cells=cost_cdv_cells(),
         cdv_benchmarks=cost_cdv_benchmarks(),
         dpo_heldout=CDV_DPO_HELDOUT,
+        preflight_models=models_in_use(config),
+        run_days=config["preflight"]["run_days"],
     script:
         "../../scripts/estimate_cost.py"
+
+
+# Before anything is paid: `snakemake -f preflight` asks each API model's provider listing (free) whether the
+# id run is served, checks its key variable and parameter rules and warns of shutdown dates before the
+# run's estimated end; vLLM models must resolve. One line per problem; the findings also show in the bill.
+rule preflight:
+    output:
+        csv="results/preflight/preflight.csv",
+        md="results/preflight/preflight.md",
+    log:
+        "results/logs/preflight.log",
+    localrule: True
+    conda:
+        "../../envs/llm-cpu.yaml"
+    params:
+        names=models_in_use(config),
+        models=config["models"],
+        run_days=config["preflight"]["run_days"],
+    script:
+        "../../scripts/preflight.py"

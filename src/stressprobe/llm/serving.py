@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from stressprobe.errors import StressprobeError, one_line_tail
+from stressprobe.llm.backends import run_entry
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ def start_server(
     environ: Mapping[str, str] | None = None,
 ) -> Server:
     """Start one server in a session of its own (so its workers stop with it), output into `log_path`."""
+    entry = run_entry(entry)  # the id run (a `substitute`) is the id served and asked for
     port = free_port()
     env = {**(os.environ if environ is None else environ), "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,18 @@ from stressprobe.llm.backends.base import AsyncBackend, Backend
 
 BACKENDS = {"llamacpp": "llamacpp", "openai": "openai", "vllm": "vllm"}
 
-__all__ = ["AsyncBackend", "Backend", "BACKENDS", "backend_identity", "open_backend"]
+__all__ = ["AsyncBackend", "Backend", "BACKENDS", "backend_identity", "open_backend", "run_entry"]
+
+
+def run_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry as it is run: its `substitute` (a current model for a retired one) replaces `model`.
+
+    `model` stays the record of what the paper used; everything that sends or keys a request (backends,
+    `vllm serve`, cache keys, the cost estimate) goes through here, so the id run is the id keyed.
+    """
+    if entry.get("substitute"):
+        return {**entry, "model": entry["substitute"]}
+    return dict(entry)
 
 
 def open_backend(name: str, entry: dict[str, Any]) -> Backend:
@@ -22,7 +33,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
             f"config models.{name}.backend: unknown backend {kind!r}; use one of {', '.join(BACKENDS)}"
         )
     module = importlib.import_module(f"stressprobe.llm.backends.{BACKENDS[kind]}")
-    return module.open_backend(name, entry)
+    return module.open_backend(name, run_entry(entry))
 
 
 def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -30,6 +41,7 @@ def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
 
     The one definition: backends take it from here, and the cost estimate computes the same keys with it.
     """
+    entry = run_entry(entry)
     if entry.get("backend") == "llamacpp":
         from stressprobe.llm.backends.llamacpp import llamacpp_identity
 
