@@ -195,6 +195,25 @@ def test_dry_run_plans_one_served_job_per_dataset_and_none_when_switched_off(tmp
     assert counts["cdv_search"] == 2 and counts["cdv_eval_vllm"] == 2
 
 
+@pytest.mark.parametrize(("budget", "served", "alone"), [(2, "gpu-a", "gpu-b"), (1, "gpu-b", "gpu-a")])
+def test_the_served_job_takes_the_largest_models_that_fit_its_gpus(tmp_path, budget, served, alone):
+    workdir = make_workdir(tmp_path / "w")
+    write_cdv_questions(workdir)
+    config = served_config(workdir, "http://127.0.0.1:9/v1", **{"cdv.eval.vllm_served_gpus": budget})
+    out = run_snakemake(workdir, "-n", *served_files(), configfile=config).stdout
+    counts = job_counts(out)
+    # The model that does not fit searches and evaluates in jobs of its own: its own cell's search, and its
+    # evaluation of both cells once the served job has searched the other.
+    assert counts["cdv_vllm_served"] == counts["cdv_search"] == counts["cdv_eval_vllm"] == 1
+    served_job = re.search(r"rule cdv_vllm_served:\n((?:    .*\n)*)", out).group(1)
+    assert f"tinyqa/{served}/{served}/search.jsonl" in served_job
+    assert f"eval/{alone}.jsonl" not in served_job and f"{alone}/{alone}/search.jsonl" not in served_job
+    gpus = {"gpu-a": 2, "gpu-b": 1}
+    assert re.search(rf"    resources: .*\bgpu={gpus[served]}\b", served_job), served_job
+    search_job = re.search(r"rule cdv_search:\n((?:    .*\n)*)", out).group(1)
+    assert f"wildcards: dataset=tinyqa, proxy={alone}, victim={alone}" in search_job
+
+
 @pytest.mark.slow
 def test_one_served_job_loads_each_model_once_for_its_searches_and_evaluations(tmp_path, standin):
     workdir = make_workdir(tmp_path / "w")

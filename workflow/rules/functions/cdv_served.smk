@@ -50,16 +50,14 @@ def cdv_eval_group_inputs(wildcards):
 
 def cdv_served_cells():
     """(proxy, victim) of the search cells that the served dataset job (cdv_vllm_served) runs, those whose
-    vLLM roles are all grouped evaluators (none when `cdv.eval.vllm_served` is off)."""
-    if not config["cdv"]["eval"]["vllm_served"]:
-        return []
-    grouped = set(cdv_grouped_eval_models())
-    served = []
+    vLLM roles are all served models (none when `cdv.eval.vllm_served` is off)."""
+    served = set(cdv_served_models())
+    cells = []
     for proxy, victim in cdv_group_cells():
         gpu_roles = {m for m in cell_roles(proxy, victim).values() if is_vllm(m)}
-        if gpu_roles and gpu_roles <= grouped:
-            served.append((proxy, victim))
-    return served
+        if gpu_roles and gpu_roles <= served:
+            cells.append((proxy, victim))
+    return cells
 
 
 def _served_cell_roles():
@@ -67,12 +65,33 @@ def _served_cell_roles():
     return {m for p, v in cdv_served_cells() for m in cell_roles(p, v).values()}
 
 
+def _served_candidates():
+    """Grouped evaluators that take a role in a search cell whose vLLM roles are all grouped evaluators."""
+    grouped = set(cdv_grouped_eval_models())
+    roles = set()
+    for proxy, victim in cdv_group_cells():
+        gpu_roles = {m for m in cell_roles(proxy, victim).values() if is_vllm(m)}
+        if gpu_roles and gpu_roles <= grouped:
+            roles |= gpu_roles
+    return [m for m in cdv_grouped_eval_models() if m in roles]
+
+
 def cdv_served_models():
     """The dataset job's co-resident vLLM models: grouped evaluators that take a role in one of its search
     cells. Each is served once per dataset, for its searches and its evaluation (a cycle for jobs that load
-    one model each: the evaluation of one needs the other's search)."""
-    roles = _served_cell_roles()
-    return [m for m in cdv_grouped_eval_models() if m in roles]
+    one model each: the evaluation of one needs the other's search). They share one node, so their `gpus`
+    add up to at most `cdv.eval.vllm_served_gpus`: the largest are taken first (their second load costs the
+    most), in `eval_models` order among equals; the others search and evaluate in jobs of their own.
+    """
+    if not config["cdv"]["eval"]["vllm_served"]:
+        return []
+    budget, chosen = config["cdv"]["eval"]["vllm_served_gpus"], set()
+    candidates = _served_candidates()
+    for m in sorted(candidates, key=lambda m: -model_resources(m)):
+        if model_resources(m) <= budget:
+            chosen.add(m)
+            budget -= model_resources(m)
+    return [m for m in candidates if m in chosen]
 
 
 def cdv_served_plan():
