@@ -182,6 +182,9 @@ def hub_cache(home: Path, model_ids: list[str], texts: list[str]) -> None:
         if (snapshot / "config.json").exists():
             continue
         model, tokenizer = toy_model_and_tokenizer(texts)
+        # Half of the vocabulary ends a generation: answers of a few tokens, not the evaluation's 1,024
+        # random ones per prompt (the DPO job generates on the CPU here).
+        model.generation_config.eos_token_id = list(range(3, model.config.vocab_size, 2))
         model.save_pretrained(snapshot)
         tokenizer.save_pretrained(snapshot)
         _write(repo / "refs" / "main", revision)
