@@ -17,9 +17,9 @@ class QuietHandler(SimpleHTTPRequestHandler):
 class FileServer:
     """Serves one directory; `url(name)` is a file's address."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int = 0) -> None:
         handler = partial(QuietHandler, directory=str(root))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> FileServer:

@@ -43,6 +43,10 @@ Constructor arguments:
   answered 401 though the key lists models (a restricted key without the ``model.request`` scope).
   ``error_style="vllm"`` words these errors as `vllm serve` does (``code`` the HTTP status, ``type`` the
   exception's name).
+- ``model_rules``: model id -> `ModelRules`, the provider's refusals: an id not in it is answered 404
+  ``model_not_found`` (an unknown or retired id), a parameter the model rejects (the o-series: temperature,
+  top_p, max_tokens) 400 ``unsupported_parameter``, a system message where the model takes none 400
+  ``unsupported_value``, as OpenAI answers them. None = any model id, any parameter.
 - ``port``: the port to listen on (0 = any free one).
 - ``process``: serve from a forked child process (benchmarks: keeps the server off the client's GIL);
   counters are then fetched from ``/_stats``. Custom responders work in both modes.
@@ -61,12 +65,45 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULT_KINDS = ("rate_limit", "server_error", "timeout", "drop", "empty", "off_format")
 OFF_FORMAT_TEXT = "I would rather talk about the weather today."
 Responder = Callable[[dict[str, Any], int], str]
+
+
+@dataclass(frozen=True)
+class ModelRules:
+    """What the provider accepts of one model id: request keys it rejects, and whether a system message."""
+
+    rejected_params: tuple[str, ...] = ()
+    system_message: bool = True
+
+
+def rules_refusal(rules: dict[str, ModelRules] | None, body: dict[str, Any]) -> tuple[int, dict] | None:
+    """(status, error JSON) as OpenAI refuses this request for its model, or None when it is accepted."""
+    if rules is None:
+        return None
+    model = body.get("model")
+    if model not in rules:
+        message = f"The model `{model}` does not exist or you do not have access to it."
+        return 404, {
+            "error": {"message": message, "type": "invalid_request_error", "code": "model_not_found"}
+        }
+    for param in rules[model].rejected_params:
+        if param in body:
+            hint = " Use 'max_completion_tokens' instead." if param == "max_tokens" else ""
+            message = f"Unsupported parameter: '{param}' is not supported with this model.{hint}"
+            error = {"message": message, "type": "invalid_request_error", "param": param}
+            return 400, {"error": {**error, "code": "unsupported_parameter"}}
+    for i, message in enumerate(body.get("messages") or []):
+        if message.get("role") == "system" and not rules[model].system_message:
+            text = f"Unsupported value: 'messages[{i}].role' does not support 'system' with this model."
+            error = {"message": text, "type": "invalid_request_error", "param": f"messages[{i}].role"}
+            return 400, {"error": {**error, "code": "unsupported_value"}}
+    return None
 
 
 def canonical(body: dict[str, Any]) -> str:
@@ -131,7 +168,18 @@ def token_logprobs(token: str, k: int, salt: str) -> dict[str, Any]:
 class _State:
     """Counters and settings shared by the handler threads."""
 
-    def __init__(self, latency, faults, seed, responder, timeout_sleep, model_ids, retry_after, require_key):
+    def __init__(
+        self,
+        latency,
+        faults,
+        seed,
+        responder,
+        timeout_sleep,
+        model_ids,
+        retry_after,
+        require_key,
+        model_rules,
+    ):
         unknown = set(faults) - set(FAULT_KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; use {FAULT_KINDS}")
@@ -143,6 +191,7 @@ class _State:
         self.model_ids = model_ids
         self.retry_after = retry_after
         self.require_key = require_key
+        self.model_rules = model_rules
         self.lock = threading.Lock()
         self.requests: Counter[str] = Counter()
         self.outcomes: Counter[str] = Counter()
@@ -178,7 +227,7 @@ class _State:
 def completion_body(state: _State, body: dict[str, Any], outcome: str) -> dict[str, Any]:
     """The JSON of a successful chat completion."""
     n = min(int(body.get("n") or 1), state.max_choices or 10**6)
-    max_words = int(body.get("max_tokens") or 10**6)
+    max_words = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**6)
     want_logprobs = bool(body.get("logprobs"))
     k = int(body.get("top_logprobs") or 0)
     choices, completion_tokens = [], 0
@@ -324,6 +373,12 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if not self.authorized():
                 return
             body = json.loads(raw)
+            refused = rules_refusal(state.model_rules, body)
+            if refused is not None:
+                with state.lock:
+                    state.outcomes[f"refused_{refused[0]}"] += 1
+                self.send_json(*refused)
+                return
             key = canonical(body)
             with state.lock:
                 attempt = state.requests[key]
@@ -387,6 +442,7 @@ class OpenAIServer:
         shutdown_dates: dict[str, str] | None = None,
         port: int = 0,
         host: str = "127.0.0.1",
+        model_rules: dict[str, ModelRules] | None = None,
     ) -> None:
         self._state = _State(
             latency,
@@ -397,6 +453,7 @@ class OpenAIServer:
             model_ids,
             retry_after,
             require_key,
+            model_rules,
         )
         self._state.max_choices = max_choices
         self._state.retired = tuple(retired)
