@@ -67,7 +67,13 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
         cell = tuple(cell_of(path, 2).values())
         records = read_jsonl(path)
         chosen = [r for r in records if r["condition"] == "perturbed"]
-        chosen += [r for r in records if r["condition"] == "original" and r["qid"] in failed.get(cell, set())]
+        # With cdv.search.failed_originals: include they are perturbed records already (their root node).
+        already = {r["qid"] for r in chosen if r.get("node_id") == f"{r['qid']}:0"}
+        chosen += [
+            r
+            for r in records
+            if r["condition"] == "original" and r["qid"] in failed.get(cell, set()) - already
+        ]
         rows.append(
             {
                 **cell_of(path, 2),
