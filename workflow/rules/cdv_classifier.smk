@@ -93,6 +93,8 @@ rule cdv_filter_select:
 rule cdv_classifier_transfer:
     input:
         scores=cdv_filter_scores(),
+        # the classifier's splits (the LoRA classifiers train on the same ones)
+        labels="results/cdv/classifier/predictions.jsonl",
         searches=[f"{cdv_cell_dir(*c)}/search.jsonl" for c in cdv_table2_cells()],
     output:
         "results/cdv/classifier/transfer.json",
@@ -105,6 +107,7 @@ rule cdv_classifier_transfer:
         **config["resources"]["small"],
     params:
         threshold=config["cdv"]["classifier"]["threshold"],
+        questions=config["cdv"]["classifier"]["table2"]["questions"],
     script:
         "../../scripts/cdv_classifier_transfer.py"
 

@@ -352,7 +352,7 @@ def vs_paper_table(paper: pd.DataFrame, run_rows: list[dict[str, Any]]) -> pd.Da
 def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     """The run's values in the long form the published values file uses (see resources/cdv/README.md):
     experiments by their config name, then `classifier_study` (test split), `classifier_release`,
-    `classifier_transfer`, `filter_cost`, `baselines`, `mitigation` and `dpo`."""
+    `classifier_transfer`, `filter_cost`, `baselines`, `mitigation`, `dpo` and `benchmark[<file>]`."""
     rows: list[dict[str, Any]] = []
     accuracy = built.get("cdv_experiments")
     if accuracy is not None and not accuracy.empty:
@@ -385,6 +385,11 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     if dpo is not None and not dpo.empty:
         columns = [c for c in dpo.columns if c != "model"]
         rows += long_rows(dpo.assign(dataset=ALL), "dpo", columns)
+    benchmark = built.get("cdv_benchmark")
+    if benchmark is not None and not benchmark.empty:
+        # a benchmark file's accuracies (Table 5's Orig. on the authors' own DPO test questions)
+        named = benchmark.assign(experiment=[f"benchmark[{b}]" for b in benchmark["benchmark"]])
+        rows += long_rows(named, "", ["accuracy"])
     ablation = built.get("cdv_value_ablation")
     if ablation is not None and not ablation.empty:
         # section 4.4 pools its questions: the mean of the cells' success rates per value function
