@@ -191,21 +191,26 @@ def transfer_table(path: str) -> pd.DataFrame:
     return pd.DataFrame(json.loads(Path(path).read_text(encoding="utf-8"))["rows"])
 
 
-def release_table(path: str) -> pd.DataFrame:
-    """Table 7 on the authors' released labels (the Baseline row and the MiniLM classifier)."""
+def release_table(path: str, lora_paths: list[str] | None = None) -> pd.DataFrame:
+    """Table 7 on the authors' released labels: the Baseline row, the MiniLM and prompt classifiers, and the
+    LoRA classifiers trained on the released 1,080 (when their GPU rule ran)."""
     result = json.loads(Path(path).read_text(encoding="utf-8"))
-    return pd.DataFrame(
-        [
+    rows = [
+        {"classifier": name, "labels": result["labels"], "n_train": result["n_train"], **_metric_columns(m)}
+        for name, splits in result["study"].items()
+        for m in [splits["test"]]
+    ]
+    for lora_path in lora_paths or []:
+        lora = json.loads(Path(lora_path).read_text(encoding="utf-8"))
+        rows.append(
             {
-                "classifier": name,
-                "labels": result["labels"],
-                "n_train": result["n_train"],
-                **_metric_columns(m),
+                "classifier": lora["classifier"],
+                "labels": lora["labels"],
+                "n_train": lora["n_train"],
+                **_metric_columns(lora["study"]["test"]),
             }
-            for name, splits in result["study"].items()
-            for m in [splits["test"]]
-        ]
-    )
+        )
+    return pd.DataFrame(rows)
 
 
 def _metric_columns(m: dict[str, Any]) -> dict[str, Any]:
