@@ -18,8 +18,14 @@ def scores_of(path: str) -> dict[str, float]:
 
 def main(smk):
     searches = [(cell_of(path, 1), read_jsonl(path)) for path in smk.input.searches]
-    rows = transfer_effect(searches, scores_of(smk.input.scores), smk.params.threshold)
-    write_json(smk.output[0], {"threshold": smk.params.threshold, "rows": rows})
+    # unseen: only the questions the classifier neither trained nor validated on (its test split).
+    seen = set()
+    if smk.params.questions == "unseen":
+        seen = {row["qid"] for row in read_jsonl(smk.input.labels) if row["split"] != "test"}
+    rows = transfer_effect(searches, scores_of(smk.input.scores), smk.params.threshold, seen)
+    write_json(
+        smk.output[0], {"threshold": smk.params.threshold, "questions": smk.params.questions, "rows": rows}
+    )
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -21,7 +21,7 @@ def tables(smk) -> dict:
     if hasattr(inputs, "transfer"):
         built["cdv_classifier_transfer"] = pr.transfer_table(inputs.transfer)
     if hasattr(inputs, "release"):
-        built["cdv_classifier_release"] = pr.release_table(inputs.release)
+        built["cdv_classifier_release"] = pr.release_table(inputs.release, list(inputs.release_lora))
     if hasattr(inputs, "cost_summaries"):
         built["cdv_filter_cost"] = pr.filter_cost_table(inputs.cost_summaries)
     if hasattr(inputs, "all_evals"):

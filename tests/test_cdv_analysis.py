@@ -138,6 +138,8 @@ def test_outcome_labels_skip_unsearched_questions():
     items = [make_item("q1"), make_item("q2", question="This one fails?")]
     _, records = searched(model, items)
     assert outcome_labels(records) == {"q1": 1}
+    # The authors' labels: q2's original, already failed, is easy to perturb (merge_data.py's Yes).
+    assert outcome_labels(records, "positive") == {"q1": 1, "q2": 1}
 
 
 def test_prompt_classifier_unclear_never_filters():

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from stressprobe.cdv import paper_report
 from stressprobe.cdv.benchmark import read_benchmark
 from stressprobe.cdv.evaluate import evaluate
-from stressprobe.cdv.release import read_release_labels, release_study
+from stressprobe.cdv.release import read_release_labels, release_rows, release_study
 from stressprobe.errors import StressprobeError
 from stressprobe.io import write_jsonl
 from tests.support.cdv_scripted import ScriptedModel
@@ -143,5 +144,35 @@ def test_the_released_labels_reproduce_table7s_baseline_row_exactly():
         1.0,
         0.612,
     )
+    # The MiniLM row recomputed here from the logistic regression's own kept set: TP / kept, TP / positives.
+    from stressprobe.cdv.classifier import fit_logit, predict_logit
+
+    vectors = _embed([r["question"] for r in train + test])
+    fitted = fit_logit(vectors[: len(train)], np.array([r["label"] for r in train]))
+    kept = [p >= 0.5 for p in predict_logit(fitted, vectors[len(train) :])]
+    hits = sum(k and r["label"] for k, r in zip(kept, test, strict=True))
     trained = study["trained"]["test"]
-    assert trained["n"] == 120 and 0 <= trained["precision"] <= 1
+    assert trained["n"] == 120 and trained["precision"] == hits / sum(kept)
+    assert trained["recall"] == hits / 67
+
+
+def test_release_study_scores_prompt_classifiers_and_rows_for_lora_on_the_released_split():
+    train = [
+        {"qid": f"train_data/{i}", "question": f"T{i}?", "choices": ["a", "b"], "label": i % 2}
+        for i in range(6)
+    ]
+    test = [
+        {"qid": f"valid_data/{i}", "question": f"V{i}?", "choices": ["a", "b"], "label": y}
+        for i, y in enumerate([1, 1, 0, 0, 1])
+    ]
+    # A prompt classifier that says yes to valid 0, 2 and 3 and gives valid 4 no score (kept, never filtered).
+    scores = {"m": {"valid_data/0": 1.0, "valid_data/1": 0.0, "valid_data/2": 1.0, "valid_data/3": 1.0}}
+    study = release_study(train, test, _embed, 0.5, scores)["study"]
+    row = study["prompt:m"]["test"]
+    # kept: 0, 2, 3, 4; positives among them: 0 and 4 -> precision 2/4, recall 2/3
+    assert (row["n"], row["positives"], row["precision"], row["recall"]) == (5, 3, 0.5, 2 / 3)
+    assert row["f_beta"] == pytest.approx(1.25 * 0.5 * (2 / 3) / (0.25 * 0.5 + 2 / 3))
+    rows, questions = release_rows(train, test)
+    assert [r["split"] for r in rows] == ["train"] * 6 + ["test"] * 5
+    assert [r["label"] for r in rows if r["split"] == "test"] == [1, 1, 0, 0, 1]
+    assert questions["valid_data/3"]["question"] == "V3?"

@@ -67,3 +67,14 @@ def test_an_unfilled_answer_is_a_one_line_error_naming_file_line_and_column(tmp_
     ) as error:
         read_sheet(filled)
     assert "\n" not in str(error.value)
+
+
+def test_unchanged_originals_in_the_perturbed_file_are_no_pairs():
+    # cdv.search.failed_originals: include puts the already-failed originals in perturbed.jsonl at depth 0.
+    questions = [make_item(f"MMLU-{i}") for i in range(3)]
+    perturbed = [{**questions[0], "node_id": "MMLU-0:0", "depth": 0}] + [
+        {**q, "node_id": f"{q['qid']}:1", "depth": 1, "question": "Context. " + q["question"]}
+        for q in questions[1:]
+    ]
+    rows = sample_pairs("MMLU", questions, perturbed, 3, seed=0)
+    assert sorted(r["perturbed_question"] for r in rows) == sorted(p["question"] for p in perturbed[1:])

@@ -181,6 +181,7 @@ def test_every_line_names_where_it_is_printed_and_a_run_cell(value):
         "dpo",
         "classifier_study",
         "classifier_release",
+        "benchmark",
         "agreement",
         "human_eval",
         "value_ablation",

@@ -481,3 +481,53 @@ def test_the_paper_config_searches_with_the_authors_limits_and_runs_the_ablation
     assert settings.unread_answers == "wrong" and (settings.alpha, settings.gamma) == (2.0, 1.0)
     assert (settings.samples, settings.length_ratio_max, settings.diversity_n1) == (5, 10.0, 3)
     assert cdv["value_variants"] == ["gamma0", "no_r"] and cdv["value_variant_cells"] == "cost_random"
+
+
+def test_root_depth_one_counts_depth_as_the_authors_code_and_expands_another_node():
+    # Ten samples: C's child of the root has r = 0.4 and is expanded second; its own children have r = 0.5
+    # at depth 2, B's sibling r = 0.6 at depth 1. V by hand (alpha 2, gamma 1): root at depth 0,
+    # sibling e^(2/0.6) / 1 = 28.03 > grandchild e^(2/0.5) / 2 = 27.30; root at depth 1 (the authors'),
+    # sibling e^(2/0.6) / 2 = 14.01 < grandchild e^(2/0.5) / 3 = 18.20. So the third expansion differs.
+    rates = {"B": 6, "C": 4, "D": 9}
+
+    def correct(contexts, question):
+        if not contexts:
+            return 10
+        return rates[contexts[0]] if len(contexts) == 1 else 5
+
+    third = {}
+    for root_depth in (0, 1):
+        settings = replace(SETTINGS, samples=10, max_expansions=3, monotone_levels=99, root_depth=root_depth)
+        records, _ = search(ScriptedModel(correct=correct), [make_item("q1")], settings)
+        order = list(dict.fromkeys(r["parent_id"] for r in records if r["parent_id"]))
+        third[root_depth] = by_id(records)[order[2]]
+        sibling = next(r for r in records if r["depth"] == 1 and r["target_option"] == "B")
+        assert sibling["value"] == pytest.approx(math.exp(2 / 0.6) / (1 + root_depth), rel=1e-12)
+        assert sibling["depth"] == 1  # the recorded depth keeps the root at 0 either way
+    assert (third[0]["depth"], third[0]["target_option"]) == (1, "B")
+    assert third[1]["depth"] == 2 and third[1]["value"] == pytest.approx(math.exp(2 / 0.5) / 3, rel=1e-12)
+
+
+def test_evaluated_successes_every_one_or_the_first_and_failed_originals_included():
+    # Contexts toward B and C succeed at depth 1 (two members of L); q2's original is already failed.
+    model = ScriptedModel(correct=lambda contexts, q: 0 if contexts or "q2" in q else 5)
+    items = [make_item("q1"), make_item("q2")]
+    _, states = search(model, items, replace(SETTINGS, max_expansions=1))
+    first_two = [n.node_id for n in states[0].candidates]
+    assert len(first_two) == 3  # B, C and D all reach r = 0
+    every = perturbed_records(states)
+    assert [r["node_id"] for r in every] == first_two
+    first = perturbed_records(states, evaluated="first_success")
+    assert [r["node_id"] for r in first] == first_two[:1]
+    included = perturbed_records(states, "first_success", "include")
+    assert [r["node_id"] for r in included] == [first_two[0], "q2:0"]
+    original = included[1]
+    assert original["question"] == items[1]["question"] and original["depth"] == 0
+    assert original["target_option"] is None
+
+
+def test_bad_evaluated_or_root_depth_is_a_one_line_error():
+    with pytest.raises(StressprobeError, match=r"cdv.search.evaluated: must be one of"):
+        SearchSettings(evaluated="first")
+    with pytest.raises(StressprobeError, match=r"cdv.search.root_depth: must be one of 0, 1"):
+        SearchSettings(root_depth=2)

@@ -126,6 +126,15 @@ def test_accuracy_with_the_originals_the_victim_already_fails(tmp_path):
     # Perturbed q1 (wrong) and q2 (right), plus q3's original (wrong): 1 of 3.
     assert row["n_perturbed_with_originals"] == 3
     assert row["acc_perturbed_with_originals"] == pytest.approx(1 / 3)
+    # Evaluated as a perturbed record already (cdv.search.failed_originals: include): counted once.
+    write_jsonl(
+        folder / "eval" / "m.jsonl", [*evals, {**evals[0], "condition": "perturbed", "node_id": "q3:0"}]
+    )
+    (row,) = accuracy_with_originals(
+        [str(folder / "eval" / "m.jsonl")], [str(folder / "search.jsonl")]
+    ).to_dict("records")
+    assert row["n_perturbed_with_originals"] == 3
+    assert row["acc_perturbed_with_originals"] == pytest.approx(1 / 3)
 
 
 def test_search_columns_show_the_audit_only_when_it_ran():

@@ -435,6 +435,17 @@ def test_table2_filters_other_victims_searches_with_the_classifiers_scores():
     ]
     scores = {"a": 0.9, "b": 0.2, "c": 0.6}  # d unscored: kept and counted
     (row,) = transfer_effect([({"dataset": "X", "proxy": "v", "victim": "v"}, records)], scores, 0.5)
+    # Unseen questions only: a (trained on) and b left out; c a success kept, d unscored and kept.
+    cell = {"dataset": "X", "proxy": "v", "victim": "v"}
+    (unseen,) = transfer_effect([(cell, records)], scores, 0.5, {"a", "b"})
+    assert [unseen[k] for k in ("searched", "successes", "kept", "kept_successes", "excluded")] == [
+        2,
+        1,
+        2,
+        1,
+        2,
+    ]
+    assert unseen["success_rate_without_filter"] == 1 / 2 and unseen["success_rate_with_filter"] == 1 / 2
     assert (row["searched"], row["successes"], row["kept"], row["kept_successes"], row["unscored"]) == (
         4,
         2,

@@ -13,9 +13,11 @@ from stressprobe.cdv.questions import prepare_questions
 from stressprobe.cdv.release import read_release_labels
 from stressprobe.errors import StressprobeError
 from stressprobe.fetch import check_sources, pinned_sources, resolve, source_file
+from stressprobe.io import read_jsonl
 from tests.support.api_workdir import error_lines, run_workflow, write_api_config
 from tests.support.file_server import FileServer
 from tests.support.helpers import ROOT, make_workdir, shared_data
+from tests.support.openai_server import OpenAIServer
 
 COMMIT = "0a1acbd5790fd545a78788611d7819a69323d1a7"
 URL = f"https://example.org/owner/repo/{COMMIT}/data/MMLU.json"
@@ -125,6 +127,11 @@ def test_the_papers_question_samples_are_the_authors_release():
         local = shared_data("cdv", "llm_cdv_release", filename)
         assert source["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
         assert len(read_release_labels(local)) == n
+    # Their DPO test set, benchmarked for Table 5's Orig. on their own questions (241 of 103 originals).
+    dpo_test = sources[config["cdv"]["benchmark"]["files"]["authors_dpo_test"].removeprefix("source:")]
+    assert dpo_test["url"].endswith(f"/{COMMIT}/train/dpo_test.json") and dpo_test["commit"] == COMMIT
+    local = shared_data("cdv", "llm_cdv_release", "dpo_test.json")
+    assert dpo_test["sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
     prompts = sources["cdv_prompts"]
     assert prompts["url"].endswith(f"/{COMMIT}/utils/prompt.py")
     assert prompts["sha256"] == "6dcb1485fd9037e770f57f043dde761b4359db6741c2ce0586604fc152c55ccd"
@@ -190,3 +197,46 @@ def test_the_release_study_needs_both_label_files(tmp_path):
     )
     [error] = error_lines(run.stderr)
     assert error.startswith("error: config key 'cdv.classifier.release.test': the release study needs both")
+
+
+def test_the_released_dpo_test_set_is_fetched_as_a_pinned_source_and_benchmarked(tmp_path):
+    # A stand-in of train/dpo_test.json's structure (written here): a pair's prompt, chosen and rejected
+    # answers, the question, its options and the right option's text, its dataset and original's id.
+    choices = [["red", "green", "blue"], ["one", "two", "three", "four"], ["up", "down"]]
+    records = [
+        {
+            "conversations": [{"from": "human", "value": "..."}],
+            "chosen": {"from": "gpt", "value": "...", "model": "m1"},
+            "rejected": {"from": "gpt", "value": "...", "model": "m2"},
+            "question": f"Some context {i}. Which option is meant in stand-in question {i}?",
+            "choices": options,
+            "ground_truth": options[i % len(options)],
+            "source": "MMLU" if i < 2 else "OpenbookQA",
+            "unique_id": i,
+        }
+        for i, options in enumerate(choices)
+    ]
+    text = json.dumps(records, indent=4)
+    root = tmp_path / "served"
+    root.mkdir()
+    (root / "dpo_test.json").write_text(text, encoding="utf-8")
+    workdir = make_workdir(tmp_path / "work")
+    with FileServer(root) as files, OpenAIServer() as server:
+        edits = {
+            "sources": {
+                "dpo_test": {
+                    "url": files.url("dpo_test.json"),
+                    "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                }
+            },
+            "cdv.benchmark": {"files": {"authors": "source:dpo_test"}, "models": ["api"]},
+        }
+        config = write_api_config(workdir, server.base_url, edits)
+        run = run_workflow(workdir, config, "results/cdv/benchmark/authors/api.jsonl")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (workdir / "results/sources/dpo_test/dpo_test.json").read_text(encoding="utf-8") == text
+    asked = read_jsonl(workdir / "results/cdv/benchmark/authors/api.jsonl")
+    assert [r["question"] for r in asked] == [r["question"] for r in records]
+    # The right option is the ground truth's position among the options: A, B, A.
+    assert [r["correct_option"] for r in asked] == ["A", "B", "A"]
+    assert [r["correct"] for r in asked] == [r["answer"] == r["correct_option"] for r in asked]

@@ -93,6 +93,8 @@ rule cdv_filter_select:
 rule cdv_classifier_transfer:
     input:
         scores=cdv_filter_scores(),
+        # the classifier's splits (the LoRA classifiers train on the same ones)
+        labels="results/cdv/classifier/predictions.jsonl",
         searches=[f"{cdv_cell_dir(*c)}/search.jsonl" for c in cdv_table2_cells()],
     output:
         "results/cdv/classifier/transfer.json",
@@ -105,6 +107,7 @@ rule cdv_classifier_transfer:
         **config["resources"]["small"],
     params:
         threshold=config["cdv"]["classifier"]["threshold"],
+        questions=config["cdv"]["classifier"]["table2"]["questions"],
     script:
         "../../scripts/cdv_classifier_transfer.py"
 
@@ -120,13 +123,41 @@ rule cdv_classifier_release:
     benchmark:
         "results/benchmarks/cdv/classifier_release.tsv"
     conda:
-        # the trained classifier's environment, as the classifier job's on the CPU
-        "../../envs/llm-cpu.yaml"
-    threads: config["embedding"]["threads"]
+        # the classifier job's environment: it embeds, and asks the prompt classifiers
+        llm_env(cdv_release_prompt_models)
+    threads: llm_threads(cdv_release_prompt_models)
     resources:
-        **config["resources"]["embedding"],
+        **cdv_classifier_resources(),
     params:
         embedding=config["embedding"],
         threshold=config["cdv"]["classifier"]["threshold"],
+        prompt_models=config["cdv"]["classifier"]["prompt_models"],
+        models=cdv_models_of(config["cdv"]["classifier"]["prompt_models"]),
+        seed=config["seed"],
     script:
         "../../scripts/cdv_classifier_release.py"
+
+
+# The LoRA classifiers of Table 7 trained on the released 1,080 labels, scored on the released 120.
+rule cdv_classifier_release_lora:
+    input:
+        **cdv_release_labels(),
+    output:
+        "results/cdv/classifier/release_lora/{lora}.json",
+    log:
+        "results/logs/cdv/classifier_release_lora/{lora}.log",
+    benchmark:
+        "results/benchmarks/cdv/classifier_release_lora/{lora}.tsv"
+    conda:
+        "../../envs/dpo.yaml"
+    resources:
+        gpu=1,
+        mem_mb=64000,
+        runtime=720,
+    params:
+        base_model=lambda w: cdv_lora_models()[w.lora],
+        settings=config["cdv"]["classifier"]["lora"],
+        threshold=config["cdv"]["classifier"]["threshold"],
+        seed=config["seed"],
+    script:
+        "../../scripts/cdv_classifier_release_lora.py"

@@ -1,8 +1,9 @@
 """Perturbability classifier C(Q): prompt-based or a logistic regression on sentence embeddings.
 
 Labels come from earlier search outcomes: a question is perturbable when its search found at least one
-successful perturbation (depth >= 1). Questions that were not searched (the victim already failed the
-original, the classifier filtered it, or the root call failed) carry no label.
+successful perturbation (depth >= 1). Questions that were not searched (the classifier filtered it, or the
+root call failed) carry no label; an original the victim already failed carries none either, or a positive
+one with `cdv.classifier.failed_originals: positive` (the authors' labels).
 """
 
 from __future__ import annotations
@@ -45,16 +46,24 @@ def prompt_probabilities(client: Any, questions: list[dict[str, Any]], seed: int
     return {qid: 1.0 if p is None else p for qid, p in prompt_answers(client, questions, seed).items()}
 
 
-def outcome_labels(records: list[dict[str, Any]]) -> dict[str, int]:
-    """qid -> 1 if its search found a success at depth >= 1, else 0; unsearched questions are left out."""
+def outcome_labels(records: list[dict[str, Any]], failed_originals: str = "drop") -> dict[str, int]:
+    """qid -> 1 if its search found a success at depth >= 1, else 0; unsearched questions are left out, and
+    so are originals the victim already fails unless `failed_originals` is `positive` (the authors'
+    train/merge_data.py:26 labels every question with a good question Yes, such an original included)."""
     searched = {r["qid"] for r in records if r["depth"] == 0 and r["status"] == "root" and r["flag"] is None}
     found = {r["qid"] for r in records if r["status"] == "success" and r["depth"] > 0}
+    if failed_originals == "positive":
+        failed = {r["qid"] for r in records if r["flag"] == "victim_fails_original"}
+        searched, found = searched | failed, found | failed
     return {qid: int(qid in found) for qid in sorted(searched)}
 
 
-def labelled_rows(cell: dict[str, str], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def labelled_rows(
+    cell: dict[str, str], records: list[dict[str, Any]], failed_originals: str = "drop"
+) -> list[dict[str, Any]]:
     """One row per labelled question of a cell's search: the cell's dataset, proxy and victim, qid, label."""
-    return [{**cell, "qid": qid, "label": label} for qid, label in outcome_labels(records).items()]
+    labels = outcome_labels(records, failed_originals)
+    return [{**cell, "qid": qid, "label": label} for qid, label in labels.items()]
 
 
 def role_prices(summary: dict[str, Any], prices: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -265,7 +274,8 @@ def run_classifier(
     Returns (one row per labelled (cell, qid), the metrics document, the scored pool).
     """
     threshold = settings["threshold"]
-    rows = [row for cell, records, _ in cells for row in labelled_rows(cell, records)]
+    failed = settings.get("failed_originals", "drop")
+    rows = [row for cell, records, _ in cells for row in labelled_rows(cell, records, failed)]
     qids = sorted({r["qid"] for r in rows})
     # The pool: questions no label cell searched at all (not only the unlabelled ones: an original the
     # victim already failed was searched, and is no fresh question for the cost experiment).
@@ -329,18 +339,26 @@ def run_classifier(
 
 
 def transfer_effect(
-    searches: list[tuple[dict[str, str], list[dict[str, Any]]]], scores: dict[str, float], threshold: float
+    searches: list[tuple[dict[str, str], list[dict[str, Any]]]],
+    scores: dict[str, float],
+    threshold: float,
+    exclude: frozenset[str] | set[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Table 2: per victim, pooled over its cells, the search success rate on every searched question and
     on those the classifier keeps (p >= threshold). Success and searched as the classifier's labels count
     them (an original the victim already fails is neither); a question without a score is kept and counted
-    (`unscored`), never dropped."""
+    (`unscored`), never dropped. Questions in `exclude` (those the classifier trained on, with
+    `cdv.classifier.table2.questions: unseen`) are left out and counted (`excluded`)."""
     by_victim: dict[str, dict[str, int]] = {}
     for cell, records in searches:
         total = by_victim.setdefault(
-            cell["victim"], {"searched": 0, "successes": 0, "kept": 0, "kept_successes": 0, "unscored": 0}
+            cell["victim"],
+            {"searched": 0, "successes": 0, "kept": 0, "kept_successes": 0, "unscored": 0, "excluded": 0},
         )
         for qid, label in outcome_labels(records).items():
+            if qid in exclude:
+                total["excluded"] += 1
+                continue
             keep = scores.get(qid, 1.0) >= threshold
             total["searched"] += 1
             total["successes"] += label

@@ -32,7 +32,10 @@ def sample_pairs(
 ) -> list[dict[str, Any]]:
     """`n` seeded (original, perturbed) pairs of one dataset, one row each with the answer columns blank."""
     by_qid = {q["qid"]: q for q in questions}
-    pool = sorted((p for p in perturbed if p["qid"] in by_qid), key=lambda p: p["node_id"])
+    # An unchanged original (cdv.search.failed_originals: include) is no pair to judge.
+    pool = sorted(
+        (p for p in perturbed if p["qid"] in by_qid and p.get("depth", 1) > 0), key=lambda p: p["node_id"]
+    )
     chosen = random.Random(f"{seed}/{dataset}").sample(pool, min(n, len(pool)))
     return [
         {

@@ -106,7 +106,7 @@ def search_cell(
         summary["successful_perturbations"],
     )
     write_jsonl(files.search, records)
-    write_jsonl(files.perturbed, perturbed_records(states))
+    write_jsonl(files.perturbed, perturbed_records(states, settings.evaluated, settings.failed_originals))
     write_json(files.summary, summary)
 
 

@@ -213,21 +213,26 @@ def transfer_table(path: str) -> pd.DataFrame:
     return pd.DataFrame(json.loads(Path(path).read_text(encoding="utf-8"))["rows"])
 
 
-def release_table(path: str) -> pd.DataFrame:
-    """Table 7 on the authors' released labels (the Baseline row and the MiniLM classifier)."""
+def release_table(path: str, lora_paths: list[str] | None = None) -> pd.DataFrame:
+    """Table 7 on the authors' released labels: the Baseline row, the MiniLM and prompt classifiers, and the
+    LoRA classifiers trained on the released 1,080 (when their GPU rule ran)."""
     result = json.loads(Path(path).read_text(encoding="utf-8"))
-    return pd.DataFrame(
-        [
+    rows = [
+        {"classifier": name, "labels": result["labels"], "n_train": result["n_train"], **_metric_columns(m)}
+        for name, splits in result["study"].items()
+        for m in [splits["test"]]
+    ]
+    for lora_path in lora_paths or []:
+        lora = json.loads(Path(lora_path).read_text(encoding="utf-8"))
+        rows.append(
             {
-                "classifier": name,
-                "labels": result["labels"],
-                "n_train": result["n_train"],
-                **_metric_columns(m),
+                "classifier": lora["classifier"],
+                "labels": lora["labels"],
+                "n_train": lora["n_train"],
+                **_metric_columns(lora["study"]["test"]),
             }
-            for name, splits in result["study"].items()
-            for m in [splits["test"]]
-        ]
-    )
+        )
+    return pd.DataFrame(rows)
 
 
 def _metric_columns(m: dict[str, Any]) -> dict[str, Any]:
@@ -374,7 +379,7 @@ def vs_paper_table(paper: pd.DataFrame, run_rows: list[dict[str, Any]]) -> pd.Da
 def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     """The run's values in the long form the published values file uses (see resources/cdv/README.md):
     experiments by their config name, then `classifier_study` (test split), `classifier_release`,
-    `classifier_transfer`, `filter_cost`, `baselines`, `mitigation` and `dpo`."""
+    `classifier_transfer`, `filter_cost`, `baselines`, `mitigation`, `dpo` and `benchmark[<file>]`."""
     rows: list[dict[str, Any]] = []
     accuracy = built.get("cdv_experiments")
     if accuracy is not None and not accuracy.empty:
@@ -407,6 +412,11 @@ def run_values(built: dict[str, pd.DataFrame]) -> list[dict[str, Any]]:
     if dpo is not None and not dpo.empty:
         columns = [c for c in dpo.columns if c != "model"]
         rows += long_rows(dpo.assign(dataset=ALL), "dpo", columns)
+    benchmark = built.get("cdv_benchmark")
+    if benchmark is not None and not benchmark.empty:
+        # a benchmark file's accuracies (Table 5's Orig. on the authors' own DPO test questions)
+        named = benchmark.assign(experiment=[f"benchmark[{b}]" for b in benchmark["benchmark"]])
+        rows += long_rows(named, "", ["accuracy"])
     ablation = built.get("cdv_value_ablation")
     if ablation is not None and not ablation.empty:
         # section 4.4 pools its questions: the mean of the cells' success rates per value function

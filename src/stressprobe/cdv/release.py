@@ -61,16 +61,33 @@ def read_release_labels(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def release_rows(
+    train: list[dict[str, Any]], test: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The released split as the study's labelled rows (qid, label, split train | test) and qid -> question:
+    what a LoRA classifier trains and is scored on (stressprobe.cdv.lora_classifier)."""
+    rows = [{"qid": r["qid"], "label": r["label"], "split": "train"} for r in train]
+    rows += [{"qid": r["qid"], "label": r["label"], "split": "test"} for r in test]
+    return rows, {r["qid"]: r for r in train + test}
+
+
 def release_study(
-    train: list[dict[str, Any]], test: list[dict[str, Any]], embed: Any, threshold: float
+    train: list[dict[str, Any]],
+    test: list[dict[str, Any]],
+    embed: Any,
+    threshold: float,
+    prompt_scores: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, Any]:
-    """Table 7 on the released split: the no-classifier baseline and the MiniLM + logistic regression
-    classifier trained on the 1,080 released training labels, scored on the 120 test labels."""
+    """Table 7 on the released split: the no-classifier baseline, the MiniLM + logistic regression classifier
+    trained on the 1,080 released training labels, and each prompt classifier of `prompt_scores` (model ->
+    qid -> p; a question without a score is kept), all scored on the 120 test labels."""
     labels = [r["label"] for r in test]
     vectors = np.asarray(embed([r["question"] for r in train + test]))
     model = fit_logit(vectors[: len(train)], np.array([r["label"] for r in train]))
     p = predict_logit(model, vectors[len(train) :])
     kept = {NO_CLASSIFIER: [1] * len(test), TRAINED: [int(x >= threshold) for x in p]}
+    for name, scores in sorted((prompt_scores or {}).items()):
+        kept[f"prompt:{name}"] = [int(scores.get(r["qid"], 1.0) >= threshold) for r in test]
     return {
         "labels": "release",
         "n_train": len(train),

@@ -17,8 +17,9 @@ a node with r = 0 and an unparsed or truncated answer gets status `unparsed`, te
 success also gets one victim request at the evaluation temperature whose answer is recorded
 (`greedy_audit`: wrong / right / unparsed / truncated / error); the audit reports and never filters.
 
-Value V = exp(alpha / r) * depth^(-gamma) for r > 0 (None for r = 0 and for discarded children); the
-`value` setting selects the section 4.4 ablations: `gamma0` (V = exp(alpha / r)) and `no_r`
+Value V = exp(alpha / r) * depth^(-gamma) for r > 0 (None for r = 0 and for discarded children), depth
+counted from the root's 0 (`root_depth: 1`: from 1, as the authors' run.py counts, so a child of the root
+has depth 2 in V); the `value` setting selects the section 4.4 ablations: `gamma0` (V = exp(alpha / r)) and `no_r`
 (V = depth^(-gamma): the victim's rate no longer steers the order). The queue holds kept children; the
 highest value is expanded next (ties: the earlier child first).
 
@@ -114,8 +115,9 @@ def apply_rules(state: QuestionState, parent: Node, children: list[Node], settin
     evaluated = [c for c in children if c.status == "new"]
     for child in evaluated:
         if child.success_rate > 0:
+            depth = child.depth + settings.root_depth
             child.value = node_value(
-                child.success_rate, child.depth, settings.alpha, settings.gamma, settings.value
+                child.success_rate, depth, settings.alpha, settings.gamma, settings.value
             )
     successes = [c for c in evaluated if c.success_rate == 0]
     others = [c for c in evaluated if c.success_rate > 0]

@@ -60,14 +60,17 @@ def search_records(states: list[QuestionState]) -> list[dict[str, Any]]:
     return [node_record(node, state.item) for state in states for node in state.nodes]
 
 
-def perturbed_records(states: list[QuestionState]) -> list[dict[str, Any]]:
-    """The successful perturbations (L without the depth-0 roots, which are unperturbed originals)."""
+def perturbed_records(
+    states: list[QuestionState], evaluated: str = "every_success", failed_originals: str = "leave_out"
+) -> list[dict[str, Any]]:
+    """The successful perturbations: L without the depth-0 roots (unperturbed originals the victim already
+    fails) unless `failed_originals` is `include`; every success, or with `evaluated: first_success` only
+    the first to join L (the authors' eval.py:23 evaluates good_questions[:1])."""
     records = []
     for state in states:
         item = state.item
-        for node in state.candidates:
-            if node.depth == 0:
-                continue
+        kept = [n for n in state.candidates if n.depth > 0 or failed_originals == "include"]
+        for node in kept[:1] if evaluated == "first_success" else kept:
             records.append(
                 {
                     "qid": item["qid"],
@@ -78,7 +81,8 @@ def perturbed_records(states: list[QuestionState]) -> list[dict[str, Any]]:
                     "choices": item["choices"],
                     "answer_index": item["answer_index"],
                     "answer": item["answer"],
-                    "target_option": letter(node.target_index),
+                    # An original the victim already fails (failed_originals: include) targets no option.
+                    "target_option": None if node.target_index is None else letter(node.target_index),
                     "length_ratio": round(node.length_ratio, 4),
                     **({"subject": item["subject"]} if item.get("subject") else {}),
                 }

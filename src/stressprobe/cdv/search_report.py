@@ -69,12 +69,15 @@ def accuracy_with_originals(eval_paths: list[str], search_paths: list[str]) -> p
     for path in eval_paths:
         cell = tuple(cell_of(path, 2).values())
         records = read_jsonl(path)
-        chosen, unanswered = answered(
+        chosen = [r for r in records if r["condition"] == "perturbed"]
+        # With cdv.search.failed_originals: include they are perturbed records already (their root node).
+        already = {r["qid"] for r in chosen if r.get("node_id") == f"{r['qid']}:0"}
+        chosen += [
             r
             for r in records
-            if r["condition"] == "perturbed"
-            or (r["condition"] == "original" and r["qid"] in failed.get(cell, set()))
-        )
+            if r["condition"] == "original" and r["qid"] in failed.get(cell, set()) - already
+        ]
+        chosen, unanswered = answered(chosen)
         rows.append(
             {
                 **cell_of(path, 2),

@@ -23,6 +23,10 @@ LIMITS = ("paper", "authors_code")
 # `unparsed`, never a success (the stricter rule).
 UNREAD = ("wrong", "never_success")
 VALUES = ("paper", "gamma0", "no_r")
+# Which members of L perturbed.jsonl holds: every success at depth >= 1, or the first found per question (the
+# authors' eval.py); and whether the originals the victim already fails join them unchanged.
+EVALUATED = ("every_success", "first_success")
+FAILED_ORIGINALS = ("leave_out", "include")
 
 
 class Generator(Protocol):
@@ -43,6 +47,9 @@ class SearchSettings:
     length_ratio_max: float = 10.0
     diversity_n1: int = 3
     monotone_levels: int = 3
+    root_depth: int = 0  # the root's depth in V: 0 (the project) or 1 (the authors' run.py)
+    evaluated: str = "every_success"  # see EVALUATED
+    failed_originals: str = "leave_out"  # see FAILED_ORIGINALS
     limits: str = "paper"  # "paper": until the queue is empty; "authors_code": also the two limits below
     max_expansions: int = 10  # authors_code only
     max_candidates: int | None = 3  # authors_code only
@@ -75,6 +82,15 @@ class SearchSettings:
                 f"config cdv.search.unread_answers: must be one of {', '.join(UNREAD)} "
                 f"(got {self.unread_answers!r})"
             )
+        for key, value, allowed in (
+            ("evaluated", self.evaluated, EVALUATED),
+            ("failed_originals", self.failed_originals, FAILED_ORIGINALS),
+            ("root_depth", self.root_depth, (0, 1)),
+        ):
+            if value not in allowed:
+                raise StressprobeError(
+                    f"config cdv.search.{key}: must be one of {', '.join(map(str, allowed))} (got {value!r})"
+                )
         if self.proxy_tries < 1:
             raise StressprobeError(f"config cdv.search.proxy_tries: must be >= 1 (got {self.proxy_tries})")
 

@@ -15,6 +15,11 @@ def cdv_classifier_models(wildcards):
     return cdv_classifier_roles()
 
 
+def cdv_release_prompt_models(wildcards):
+    """The prompt classifiers the release study asks (Table 7 on the released labels)."""
+    return config["cdv"]["classifier"]["prompt_models"]
+
+
 def cdv_classifier_resources():
     """The classifier embeds questions and asks its prompt models, one after another: a GPU job sized for the
     largest when one of them runs on vllm, an embedding job otherwise."""

@@ -15,7 +15,10 @@ def cdv_dpo_models():
 def cdv_benchmark_files():
     """Benchmark name -> question file: the user's `cdv.benchmark.files`, and the DPO held-out split when
     Table 5's comparison models are set."""
-    files = dict(config["cdv"]["benchmark"]["files"])
+    files = {
+        name: source_file(path, f"cdv.benchmark.files.{name}")
+        for name, path in config["cdv"]["benchmark"]["files"].items()
+    }
     if config["cdv"]["dpo"]["export"] and config["cdv"]["dpo"]["compare_models"]:
         files[CDV_DPO_HELDOUT] = "results/cdv/dpo/heldout.jsonl"
     return files

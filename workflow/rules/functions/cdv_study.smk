@@ -138,7 +138,13 @@ def cdv_study_inputs(name):
             else {}
         ),
         "cdv_classifier_release": (
-            {"release": "results/cdv/classifier/release.json"}
+            {
+                "release": "results/cdv/classifier/release.json",
+                "release_lora": [
+                    f"results/cdv/classifier/release_lora/{f}.json"
+                    for f in cdv_lora_models()
+                ],
+            }
             if classifier["release"]["train"]
             else {}
         ),
