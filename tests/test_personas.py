@@ -120,22 +120,25 @@ def test_local_pools_jsonl_and_parquet(tmp_path):
         ]
     )
     source = {"path": str(tmp_path / "pool.jsonl"), "limit": 1, "hf_dataset": None}
-    assert len(load_pool_records(source, "k")) == 1
+    assert len(list(load_pool_records(source, "k"))) == 1
 
 
-def test_hf_records_stream_when_limited():
+def test_hf_records_always_stream_at_the_pinned_revision():
     calls = []
 
-    def fake_load(name, config, split, streaming):
-        calls.append((name, config, split, streaming))
+    def fake_load(name, config, split, streaming, revision):
+        calls.append((name, config, split, streaming, revision))
         return iter([{"persona": f"p{i}"} for i in range(10)])
 
-    assert load_hf_records("proj-persona/PersonaHub", "persona", "train", 3, load=fake_load) == [
-        {"persona": "p0"},
-        {"persona": "p1"},
-        {"persona": "p2"},
+    records = load_hf_records(
+        "proj-persona/PersonaHub", "persona", "train", 3, load=fake_load, revision="abc"
+    )
+    assert list(records) == [{"persona": "p0"}, {"persona": "p1"}, {"persona": "p2"}]
+    assert len(list(load_hf_records("x/y", None, "train", None, load=fake_load))) == 10
+    assert calls == [
+        ("proj-persona/PersonaHub", "persona", "train", True, "abc"),
+        ("x/y", None, "train", True, None),
     ]
-    assert calls == [("proj-persona/PersonaHub", "persona", "train", True)]
 
 
 def test_select_personas_roles_and_candidates():

@@ -19,6 +19,7 @@ from tests.test_paper_layouts import kappa_frame
 
 SHIPPED = ROOT / "resources" / "paper" / "persona_values.tsv"
 HEADER = "\t".join(vs_paper.COLUMNS)
+TITLE = "Persona Conditioning as an Assessor-Sensitivity Probe for LLM-Based IR Evaluation"
 
 
 def test_shipped_values_are_printed_numbers_only_each_naming_where():
@@ -29,13 +30,17 @@ def test_shipped_values_are_printed_numbers_only_each_naming_where():
     assert counts == {"table3": 192, "table4": 216, "table5": 48, "table6": 24, "table7": 8, "text": 8}
     # Figure 1's values are not printed in the text (only its caption): no line may claim them.
     assert "figure1" not in counts
+    # The paper is cited as printed: title, authors, venue (it names no preprint identifier).
+    header = " ".join(line.lstrip("# ") for line in SHIPPED.read_text().splitlines() if line.startswith("#"))
+    assert f'"{TITLE}", CIKM 2026' in header, header
+    assert "Mohtadi, Bernardelle, Mackenzie, Demartini" in header and "arXiv" not in header
     for table, source in zip(values["table"], values["source"], strict=True):
         where = "§" if table == "text" else f"Table {table.removeprefix('table')}"
-        assert source.startswith(f"arXiv:2608.10385v1 {where}"), (table, source)
+        assert source.startswith(f"CIKM 2026 {where}"), (table, source)
     text = values[values["table"] == "text"].set_index(["dataset", "condition", "systems", "metric"])
     assert text.loc[("dl20", "", "", "queries"), "value"] == 54
     assert text.loc[("rag24", "", "", "queries"), "value"] == 86
-    assert text.loc[("", "", "", "annotator_kappa"), "source"] == "arXiv:2608.10385v1 §3.2.1"
+    assert text.loc[("", "", "", "annotator_kappa"), "source"] == "CIKM 2026 §3.2.1"
     assert text.loc[("dl20", "", "", "system_condition_pairs"), "value"] == 59 * 8  # 59 runs × 8 personas
     orthogonal = ("dl20", "uspersona/orthogonal", "fr_pass_roberta", "mean_delta_rank")
     assert text.loc[orthogonal, "value"] == -4.83

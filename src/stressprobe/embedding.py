@@ -187,10 +187,34 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
 
 
+def cuda_available() -> bool:
+    """Whether torch is installed and sees a GPU (torch is imported only to ask)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+DEVICES = ("cpu", "auto", "cuda")
+
+
 def load_embedder(
-    spec: str, batch_size: int = 64, cache_dir: Path | None = None, threads: int | None = None
+    spec: str,
+    batch_size: int = 64,
+    cache_dir: Path | None = None,
+    threads: int | None = None,
+    device: str = "cpu",
 ) -> Embedder:
-    """Load a sentence-transformers model on CPU, offline (`threads` caps the math libraries' threads)."""
+    """Load a sentence-transformers model offline (`threads` caps the math libraries' threads).
+
+    `device`: `cpu`; `cuda` (sentence-transformers on the GPU); `auto` = `cuda` where torch sees a GPU,
+    else `cpu` (a million-row pool job uses the GPU its job was given).
+    """
+    if device not in DEVICES:
+        raise StressprobeError(
+            f"config key 'embedding.pool_device': {device!r}; use one of {', '.join(DEVICES)}"
+        )
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     folder = resolve_model_dir(spec, cache_dir)
@@ -198,6 +222,12 @@ def load_embedder(
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(threads)
+    gpu = device == "cuda" or (device == "auto" and cuda_available())
+    if gpu:
+        from sentence_transformers import SentenceTransformer
+
+        log.info("embedding on the GPU")
+        return Embedder(SentenceTransformer(str(folder), device="cuda"), batch_size)
     max_length = mean_pooling_max_length(folder)
     if max_length is not None:
         model = load_bert_mean_pooling(folder, max_length)
@@ -217,9 +247,10 @@ def save_vectors(path: str | Path, vectors: np.ndarray) -> None:
         np.save(handle, vectors)
 
 
-def load_vectors(path: str | Path, rows: int) -> np.ndarray:
-    """Read an `.npy` file that must have `rows` rows (one per pool entry)."""
-    vectors = np.load(path)
+def load_vectors(path: str | Path, rows: int, mmap: bool = False) -> np.ndarray:
+    """Read an `.npy` file that must have `rows` rows (one per pool entry); `mmap` maps it read-only
+    instead (a million-row pool's 1.5 GB are then read block by block)."""
+    vectors = np.load(path, mmap_mode="r" if mmap else None)
     if vectors.ndim != 2 or vectors.shape[0] != rows:
         raise StressprobeError(f"{path}: {vectors.shape[0]} vectors for {rows} texts; delete it to recompute")
     return vectors

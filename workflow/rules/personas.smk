@@ -20,10 +20,14 @@ rule persona_pool:
         "../../envs/data.yaml"
     threads: config["embedding"]["threads"]
     resources:
-        **config["resources"]["embedding"],
+        mem_mb=config["resources"]["persona_pool"]["mem_mb"],
+        runtime=config["resources"]["persona_pool"]["runtime"],
+        gpu=config["resources"]["persona_pool"].get("gpu", 0),
     params:
         source=lambda w: persona_source(w.source),
         embedding=config["embedding"],
+        # Not an output: Snakemake would delete it with a failed job's outputs; a rerun resumes from it.
+        chunks=lambda w: f"results/personas/{w.source}/chunks",
     script:
         "../../scripts/build_persona_pool.py"
 

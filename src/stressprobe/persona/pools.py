@@ -9,8 +9,9 @@ Retrieval is by cosine similarity of normalised embeddings (see `stressprobe.emb
 from __future__ import annotations
 
 import ast
+import hashlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -20,7 +21,8 @@ import numpy as np
 import yaml
 
 from stressprobe.errors import StressprobeError
-from stressprobe.io import read_jsonl, read_tsv_lines
+from stressprobe.io import iter_jsonl, read_tsv_lines
+from stressprobe.persona.pool_build import BLOCK_ROWS, rank_candidates
 
 log = logging.getLogger(__name__)
 
@@ -160,27 +162,33 @@ def format_domains(mapping: Mapping[str, str]) -> str:
 # ---- pools --------------------------------------------------------------------------------------------
 
 
-def read_persona_records(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a local pool file: JSONL (`.jsonl`/`.json`) or Parquet (`.parquet`)."""
+def read_persona_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Records of a local pool file, one at a time: JSONL (`.jsonl`/`.json`) or Parquet (`.parquet`, read
+    in row batches), so a million-row pool is never all in memory."""
     path = Path(path)
-    if path.suffix == ".parquet":
-        if not path.is_file():
-            raise StressprobeError(f"{path}: persona pool file not found; fix the source's 'path'")
-        import pandas as pd
-
-        try:
-            return pd.read_parquet(path).to_dict(orient="records")
-        except ImportError:
-            raise StressprobeError(
-                f"{path}: reading Parquet needs 'pyarrow'; install the 'download' extra or convert to JSONL"
-            ) from None
-    return read_jsonl(path)
+    if path.suffix != ".parquet":
+        return (record for _, record in iter_jsonl(path))
+    if not path.is_file():
+        raise StressprobeError(f"{path}: persona pool file not found; fix the source's 'path'")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise StressprobeError(
+            f"{path}: reading Parquet needs 'pyarrow'; install the 'download' extra or convert to JSONL"
+        ) from None
+    return (row for batch in pq.ParquetFile(path).iter_batches(batch_size=10000) for row in batch.to_pylist())
 
 
 def load_hf_records(
-    name: str, config_name: str | None, split: str, limit: int | None, load: Callable[..., Any] | None = None
-) -> list[dict[str, Any]]:
-    """Records of a Hugging Face dataset (optional extra `download`); streamed when `limit` is set."""
+    name: str,
+    config_name: str | None,
+    split: str,
+    limit: int | None,
+    load: Callable[..., Any] | None = None,
+    revision: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Records of a Hugging Face dataset (optional extra `download`), always streamed, at `revision` (a
+    dataset commit) when given."""
     if load is None:
         try:
             from datasets import load_dataset
@@ -190,17 +198,23 @@ def load_hf_records(
                 "extra (pip install 'stressprobe[download]') or give a local 'path'"
             ) from None
         load = load_dataset
-    rows = load(name, config_name, split=split, streaming=limit is not None)
-    return [dict(row) for row in islice(rows, limit)]
+    rows = load(name, config_name, split=split, streaming=True, revision=revision)
+    return (dict(row) for row in islice(rows, limit))
 
 
-def load_pool_records(source: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
-    """The records of a configured pool: the local `path` when set, else the Hugging Face dataset."""
+def load_pool_records(source: Mapping[str, Any], key: str) -> Iterator[dict[str, Any]]:
+    """The records of a configured pool, streamed: the local `path` when set, else the Hugging Face dataset."""
     if source["path"]:
-        return read_persona_records(source["path"])[: source["limit"]]
+        return islice(read_persona_records(source["path"]), source["limit"])
     if not source.get("hf_dataset"):
         raise StressprobeError(f"config key '{key}': give a local 'path' or an 'hf_dataset'")
-    return load_hf_records(source["hf_dataset"], source.get("hf_config"), source["hf_split"], source["limit"])
+    return load_hf_records(
+        source["hf_dataset"],
+        source.get("hf_config"),
+        source["hf_split"],
+        source["limit"],
+        revision=source.get("revision"),
+    )
 
 
 def parse_skills(value: Any) -> list[str]:
@@ -244,26 +258,34 @@ PERSONA_TEXT: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
 USABLE_FIELDS = {"personahub": "persona", "uspersona": f"{SKILLS_LIST_FIELD} or {SKILLS_TEXT_FIELD}"}
 
 
-def build_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> list[dict[str, str]]:
-    """The pool `[{"pid", "text"}]` of a source; pid = the record's `uuid`/`id`, else its position.
+def iter_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> Iterator[dict[str, str]]:
+    """The pool entries `{"pid", "text"}` of a source, one at a time; pid = the record's `uuid`/`id`, else
+    its position.
 
-    Records without a usable text and repeated texts are skipped with a logged count; a pool where no
-    record has a usable field is an error (likely the wrong file or `kind`).
+    Records without a usable text and repeated texts are skipped with a logged count (texts are remembered
+    by a 16-byte digest, so a million-row pool's texts are not all held); a pool where no record has a
+    usable field is an error (likely the wrong file or `kind`), as are repeated ids.
     """
     to_text = PERSONA_TEXT[kind]
-    pool: list[dict[str, str]] = []
-    seen: set[str] = set()
+    seen: set[bytes] = set()
+    pids: set[str] = set()
     unusable = duplicates = 0
     for i, record in enumerate(records):
         text = to_text(record)
         if text is None:
             unusable += 1
-        elif text in seen:
+            continue
+        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+        if digest in seen:
             duplicates += 1
-        else:
-            seen.add(text)
-            pool.append({"pid": str(record.get("uuid") or record.get("id") or i), "text": text})
-    if not pool:
+            continue
+        seen.add(digest)
+        pid = str(record.get("uuid") or record.get("id") or i)
+        if pid in pids:
+            raise StressprobeError(f"{origin}: persona id '{pid}' (uuid/id) repeats; fix the pool")
+        pids.add(pid)
+        yield {"pid": pid, "text": text}
+    if not seen:
         raise StressprobeError(
             f"{origin}: no record has a usable '{USABLE_FIELDS[kind]}' field; "
             "check the file and the source's 'kind'"
@@ -272,45 +294,87 @@ def build_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> 
         log.warning("%s: %d records without a usable %s field skipped", origin, unusable, USABLE_FIELDS[kind])
     if duplicates:
         log.info("%s: %d repeated persona texts skipped", origin, duplicates)
-    if len({p["pid"] for p in pool}) != len(pool):
-        raise StressprobeError(f"{origin}: persona ids (uuid/id) are not unique; fix the pool")
-    return pool
+
+
+def pool_fingerprint(source: Mapping[str, Any], embedding: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pool's chunks depend on: the source (with its revision), the model and the chunk size."""
+    keys = ("kind", "path", "hf_dataset", "hf_config", "hf_split", "limit", "revision")
+    return {
+        **{key: source.get(key) for key in keys},
+        "model": embedding["model"],
+        "pool_chunk": embedding["pool_chunk"],
+    }
+
+
+def build_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> list[dict[str, str]]:
+    """The whole pool as a list (small pools and tests; the pool job streams `iter_pool`)."""
+    return list(iter_pool(records, kind, origin))
 
 
 # ---- retrieval ------------------------------------------------------------------------------------------
 
 
-def ranked_indices(similarities: np.ndarray, k: int, most: bool) -> list[int]:
-    """The `k` most (or least) similar pool positions; ties keep pool order (stable sort)."""
-    order = np.argsort(-similarities if most else similarities, kind="stable")
-    return [int(i) for i in order[:k]]
+def orthogonal_key(orthogonal: str) -> Callable[[np.ndarray], np.ndarray]:
+    """What the orthogonal role ranks by (largest first): the negated cosine (least similar) or the negated
+    distance from 0."""
+    if orthogonal not in ORTHOGONAL_READINGS:
+        raise StressprobeError(
+            f"config key 'personas.orthogonal': {orthogonal!r}; use one of {', '.join(ORTHOGONAL_READINGS)}"
+        )
+    return np.negative if orthogonal == "least_similar" else (lambda s: -np.abs(s))
 
 
-def role_record(
-    qid: str,
-    role: str,
-    similarities: np.ndarray,
-    pool: Sequence[Mapping[str, str]],
-    k: int,
-    most: bool,
-    order_by: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """One role's selection: the best candidate plus the top-`k` candidates with their similarities
-    (ranked by `order_by` when given, else by the similarities)."""
-    key = similarities if order_by is None else order_by
-    candidates = [
-        {"pid": pool[i]["pid"], "text": pool[i]["text"], "similarity": round(float(similarities[i]), 6)}
-        for i in ranked_indices(key, k, most)
-    ]
-    best = candidates[0]
-    return {
-        "qid": qid,
-        "role": role,
-        "persona": best["text"],
-        "pid": best["pid"],
-        "similarity": best["similarity"],
-        "candidates": candidates,
-    }
+def retrieve(
+    qids: Sequence[str],
+    query_vectors: np.ndarray,
+    query_domains: Mapping[str, str],
+    domain_vectors: Mapping[str, np.ndarray],
+    pool_vectors: np.ndarray,
+    k: int = 3,
+    orthogonal: str = "least_similar",
+    block_rows: int = BLOCK_ROWS,
+) -> dict[tuple[int, str], list[tuple[int, float]]]:
+    """Per (query position, role): the exact top-`k` pool positions and cosines (`pool_build.rank_candidates`;
+    `pool_vectors` may be a memory map). `query` = most similar to the query, `domain` = most similar to the
+    query's domain, `orthogonal` = least similar to the query (`"least_similar"`, the project's reading of
+    the paper) or the cosine nearest 0 (`"nearest_zero"`). Vectors must be normalised (dot = cosine)."""
+    key = orthogonal_key(orthogonal)
+    domains = np.stack([domain_vectors[query_domains[q]] for q in qids]) if qids else query_vectors
+    return rank_candidates(
+        query_vectors,
+        {"query": query_vectors, "domain": domains, "orthogonal": query_vectors},
+        pool_vectors,
+        k,
+        {"query": lambda s: s, "domain": lambda s: s, "orthogonal": key},
+        block_rows,
+    )
+
+
+def role_records(
+    qids: Sequence[str],
+    ranked: Mapping[tuple[int, str], Sequence[tuple[int, float]]],
+    pool: Mapping[int, Mapping[str, str]] | Sequence[Mapping[str, str]],
+) -> list[dict[str, Any]]:
+    """One record per query and role: the best candidate plus the top-`k` with their similarities."""
+    records = []
+    for i, qid in enumerate(qids):
+        for role in ROLES:
+            candidates = [
+                {"pid": pool[j]["pid"], "text": pool[j]["text"], "similarity": round(similarity, 6)}
+                for j, similarity in ranked[(i, role)]
+            ]
+            best = candidates[0]
+            records.append(
+                {
+                    "qid": qid,
+                    "role": role,
+                    "persona": best["text"],
+                    "pid": best["pid"],
+                    "similarity": best["similarity"],
+                    "candidates": candidates,
+                }
+            )
+    return records
 
 
 def select_personas(
@@ -323,30 +387,6 @@ def select_personas(
     k: int = 3,
     orthogonal: str = "least_similar",
 ) -> list[dict[str, Any]]:
-    """Per query: `query` = most similar persona to the query, `domain` = most similar to the query's
-    domain, `orthogonal` = least similar to the query (`orthogonal="least_similar"`, the project's reading
-    of the paper) or the one whose cosine is nearest 0 (`"nearest_zero"`, orthogonal in the vector sense).
-    Vectors must be normalised (dot = cosine).
-    """
-    if orthogonal not in ORTHOGONAL_READINGS:
-        raise StressprobeError(
-            f"config key 'personas.orthogonal': {orthogonal!r}; use one of {', '.join(ORTHOGONAL_READINGS)}"
-        )
-    query_similarities = query_vectors @ pool_vectors.T
-    domain_similarities = {name: pool_vectors @ vector for name, vector in domain_vectors.items()}
-    records = []
-    for i, qid in enumerate(qids):
-        records.append(role_record(qid, "query", query_similarities[i], pool, k, most=True))
-        records.append(
-            role_record(qid, "domain", domain_similarities[query_domains[qid]], pool, k, most=True)
-        )
-        if orthogonal == "nearest_zero":
-            similarities = query_similarities[i]
-            records.append(
-                role_record(
-                    qid, "orthogonal", similarities, pool, k, most=True, order_by=-np.abs(similarities)
-                )
-            )
-        else:
-            records.append(role_record(qid, "orthogonal", query_similarities[i], pool, k, most=False))
-    return records
+    """`retrieve` and `role_records` for a pool held as a list."""
+    ranked = retrieve(qids, query_vectors, query_domains, domain_vectors, pool_vectors, k, orthogonal)
+    return role_records(qids, ranked, pool)

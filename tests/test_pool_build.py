@@ -1,0 +1,135 @@
+"""A million-row pool's machinery at test size: a pool job killed mid-way resumes at its last finished chunk
+with the uninterrupted result, and retrieval over memory-mapped blocks is the exact stable top-k."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from stressprobe.embedding import load_embedder
+from stressprobe.persona.pool_build import assemble, chunk_paths, embed_in_chunks
+from stressprobe.persona.pools import USPERSONA_PREFIX, iter_pool, read_persona_records, retrieve
+from tests.support.helpers import ROOT
+
+MODEL = "package:all_minilm_l6_v2/model.zip"
+CHUNK = 10
+RECORDS = 160
+FINGERPRINT = {"source": "test", "model": MODEL}
+# The pool job's library calls, in a process the test can SIGKILL.
+DRIVER = """
+import sys
+from stressprobe.embedding import load_embedder
+from stressprobe.persona.pool_build import embed_in_chunks
+from stressprobe.persona.pools import iter_pool, read_persona_records
+pool, work, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
+embedder = load_embedder(sys.argv[4], threads=1)
+entries = iter_pool(read_persona_records(pool), "uspersona", pool)
+embed_in_chunks(entries, work, chunk, embedder.embed, {"source": "test", "model": sys.argv[4]})
+"""
+
+
+@pytest.fixture
+def pool_file(tmp_path):
+    skills = ["welding", "tax law", "baking", "python", "sailing", "nursing", "chess", "accounting"]
+    path = tmp_path / "pool.jsonl"
+    with open(path, "w") as handle:
+        for i in range(RECORDS):
+            chosen = [skills[(i * 3 + j) % len(skills)] for j in range(1 + i % 4)]
+            handle.write(
+                json.dumps({"uuid": f"u{i}", "skills_and_expertise": f"{' and '.join(chosen)} {i}"}) + "\n"
+            )
+    return path
+
+
+def test_a_killed_pool_job_resumes_at_its_last_chunk_with_the_same_result(tmp_path, pool_file):
+    work = tmp_path / "chunks"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    job = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(pool_file), str(work), str(CHUNK), MODEL], env=env, cwd=ROOT
+    )
+    first = chunk_paths(work, 0)[1]
+    deadline = time.monotonic() + 120
+    while not first.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    assert first.exists(), "the job never finished its first chunk"
+    finished = sorted(p.name for p in work.glob("*.npy"))
+    chunks = RECORDS // CHUNK
+    assert 1 <= len(finished) < chunks, finished  # killed mid-way, not after the end
+    kept = {name: (work / name).stat().st_mtime_ns for name in finished}
+
+    embedder = load_embedder(MODEL, threads=1)
+    embedded: list[str] = []
+
+    def embed(texts):
+        embedded.extend(texts)
+        return embedder.embed(texts)
+
+    entries = list(iter_pool(read_persona_records(pool_file), "uspersona", "pool"))
+    assert embed_in_chunks(iter(entries), work, CHUNK, embed, FINGERPRINT) == chunks
+    # Only the unfinished chunks were embedded again; the finished chunk files were not rewritten.
+    assert embedded == [e["text"] for e in entries[len(finished) * CHUNK :]]
+    assert {name: (work / name).stat().st_mtime_ns for name in finished} == kept
+    assemble(work, chunks, tmp_path / "pool_out.jsonl", tmp_path / "vectors.npy")
+
+    fresh = tmp_path / "fresh"
+    embed_in_chunks(iter(entries), fresh, CHUNK, embedder.embed, FINGERPRINT)
+    assemble(fresh, chunks, tmp_path / "fresh.jsonl", tmp_path / "fresh.npy")
+    resumed = np.load(tmp_path / "vectors.npy")
+    assert (tmp_path / "pool_out.jsonl").read_text() == (tmp_path / "fresh.jsonl").read_text()
+    np.testing.assert_array_equal(resumed, np.load(tmp_path / "fresh.npy"))
+    # …and what one pass over all texts gives (batches differ, so float rounding only).
+    np.testing.assert_allclose(resumed, embedder.embed([e["text"] for e in entries]), atol=2e-6)
+    assert [json.loads(x)["text"] for x in (tmp_path / "pool_out.jsonl").read_text().splitlines()][:1] == [
+        USPERSONA_PREFIX + "welding 0"
+    ]
+
+
+def test_chunks_of_another_configuration_are_not_reused(tmp_path):
+    entries = [{"pid": str(i), "text": f"t{i}"} for i in range(4)]
+    calls = []
+
+    def embed(texts):
+        calls.append(list(texts))
+        return np.ones((len(texts), 2), dtype=np.float32) * len(calls)
+
+    embed_in_chunks(iter(entries), tmp_path, 2, embed, {"revision": "a"})
+    embed_in_chunks(iter(entries), tmp_path, 2, embed, {"revision": "a"})
+    assert len(calls) == 2  # the second run reused both chunks
+    embed_in_chunks(iter(entries), tmp_path, 2, embed, {"revision": "b"})
+    assert len(calls) == 4
+    changed = [{**entries[0], "text": "other"}, *entries[1:]]
+    embed_in_chunks(iter(changed), tmp_path, 2, embed, {"revision": "b"})
+    assert calls[-1] == ["other", "t1"]  # a chunk whose entries changed is embedded again
+
+
+@pytest.mark.parametrize("orthogonal", ["least_similar", "nearest_zero"])
+def test_blockwise_retrieval_is_the_exact_stable_top_k(orthogonal):
+    rng = np.random.default_rng(7)
+    pool = rng.normal(size=(53, 8)).astype(np.float32)
+    pool[[5, 20, 40, 51]] = pool[3]  # ties across block boundaries keep pool order
+    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
+    queries = np.stack([pool[3], -pool[3], rng.normal(size=8).astype(np.float32)])
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    domains = {"A": pool[7], "B": pool[3]}
+    qids, query_domains = ["q0", "q1", "q2"], {"q0": "A", "q1": "B", "q2": "B"}
+    expected = {}
+    for i, q in enumerate(qids):
+        s = pool @ queries[i]
+        keys = {"query": s, "domain": pool @ domains[query_domains[q]], "orthogonal": -s}
+        if orthogonal == "nearest_zero":
+            keys["orthogonal"] = -np.abs(s)
+        for role, key in keys.items():
+            expected[(i, role)] = [int(j) for j in np.argsort(-key, kind="stable")[:3]]
+    for block in (7, 1000):
+        found = retrieve(qids, queries, query_domains, domains, pool, 3, orthogonal, block_rows=block)
+        assert {slot: [j for j, _ in c] for slot, c in found.items()} == expected, block
+    assert expected[(0, "query")] == [3, 5, 20]
