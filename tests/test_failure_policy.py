@@ -227,7 +227,7 @@ def test_vllm_in_process_prompt_over_max_model_len_stops_and_earlier_calls_stay(
     )
     assert message.endswith(
         "(max_model_len 64)); raise models.small.max_model_len (up to the model's context length) or shorten "
-        "the inputs" + KEPT
+        "the inputs; vLLM's messages are in the job's log" + KEPT
     )
 
 

@@ -26,6 +26,7 @@ import math
 
 import pytest
 
+from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, Response, open_client
 from stressprobe.llm.cache import iter_records
 from tests.support.api_workdir import (
@@ -182,3 +183,22 @@ def test_judge_and_cdv_cells_end_to_end_through_the_server(server, tmp_path):
     local_again = in_process(again, tmp_path / "local-again.sqlite")
     for r, lo in zip(remote, local_again, strict=True):
         log.info("greedy difference: %s", why_greedy_differs(r, lo))
+
+
+def test_a_prompt_over_the_servers_context_stops_the_job_with_llama_cpps_reason(server, tmp_path):
+    # The same failure policy as in process (stressprobe.llm.failures): llama.cpp's server answers HTTP 400
+    # context_length_exceeded; the answer before it stays cached, and it is not retried.
+    short = Request.chat(user="Which planet is known as the red planet? One word.", max_tokens=4)
+    long = Request.chat(user="word " * 2100, max_tokens=4)
+    with open_client({"remote": remote_entry(server)}, "remote", tmp_path / "c.sqlite") as client:
+        with pytest.raises(StressprobeError) as raised:
+            client.generate([short, long])
+        assert client.cache.count() == 1
+    message = str(raised.value)
+    assert message.startswith(
+        "config models.remote: 'smollm2-135m' cannot take a prompt this long (HTTP 400 context_length_exceeded: "
+        "This model's maximum context length is 2048 tokens. However, you requested "
+    )
+    assert message.endswith(
+        "shorten the inputs or use a model with a longer context; the answers received so far stay cached"
+    )

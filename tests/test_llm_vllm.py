@@ -193,7 +193,7 @@ def test_a_prompt_longer_than_max_model_len_stops_the_job_naming_the_key(tmp_pat
         assert str(raised.value) == (
             f"config models.big.max_model_len: 'org/model-8b' cannot take a prompt this long ({message} "
             "(max_model_len 4096)); raise models.big.max_model_len (up to the model's context length) or "
-            "shorten the inputs; the answers received so far stay cached"
+            "shorten the inputs; vLLM's messages are in the job's log; the answers received so far stay cached"
         )
         assert len(calls["chat"]) == 1  # not asked again one by one
         # The claims are released: the same requests can be asked again.

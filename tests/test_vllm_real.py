@@ -194,9 +194,8 @@ def test_a_prompt_longer_than_max_model_len_stops_the_job_and_the_fixed_rerun_pa
     proc = run_in_env(python, workdir, config, *cells)
     assert proc.returncode != 0
     (line,) = error_lines(proc.stderr)
-    assert line.startswith("error: config models.gpu.max_model_len: a prompt does not fit in 512 tokens ("), (
-        line
-    )
+    assert line.startswith("error: config models.gpu.max_model_len: "), line
+    assert "cannot take a prompt this long (" in line and "(max_model_len 512)); raise " in line, line
     assert "maximum context length is 512 tokens" in line and "job's log" in line, line
     assert JUDGE_LOG in proc.stderr and line.removeprefix("error: ") in (workdir / JUDGE_LOG).read_text()
     assert "Traceback" not in proc.stderr

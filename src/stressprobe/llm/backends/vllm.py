@@ -177,7 +177,8 @@ class VllmBackend(Backend):
                 "context",
                 f"{reason} (max_model_len {self.max_model_len})",
                 key="max_model_len",
-                fix=f"raise models.{self.name}.max_model_len (up to the model's context length) or shorten the inputs",
+                fix=f"raise models.{self.name}.max_model_len (up to the model's context length) or shorten the inputs; "
+                "vLLM's messages are in the job's log",
             )
         log.error("%s: vLLM failed on a call of %d requests", self.name, count, exc_info=exc)
         return StressprobeError(
