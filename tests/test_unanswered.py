@@ -16,7 +16,12 @@ import pytest
 
 from stressprobe import scoring
 from stressprobe.cdv import paper_report, report
-from stressprobe.cdv.classifier import classifier_metrics, prompt_answers, prompt_probabilities
+from stressprobe.cdv.classifier import (
+    classifier_metrics,
+    filter_effect,
+    prompt_answers,
+    prompt_probabilities,
+)
 from stressprobe.cdv.evaluate import eval_items, evaluate
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.cdv.search_report import accuracy_with_originals
@@ -206,6 +211,10 @@ def test_a_question_whose_original_got_no_answer_is_not_in_any_success_rate(tmp_
         .to_dict("records")
     )
     assert (cost["success_rate"], cost["unanswered"]) == (2 / 3, 1)
+    # The classifier's filter effect (Tables 2-3): q0 has no label, so it is in neither rate.
+    effect = filter_effect(records, {"q0", "q1"}, {})
+    assert (effect["without_filter"]["success_rate"], effect["without_filter"]["unanswered"]) == (2 / 3, 1)
+    assert (effect["with_filter"]["success_rate"], effect["with_filter"]["unanswered"]) == (1.0, 1)
 
 
 # ---- CDV: classifier metrics (Tables 2-3 and 7) ----
@@ -239,14 +248,19 @@ def test_the_classifier_table_counts_the_unanswered_test_questions(tmp_path):
         "f_beta": 1.25 * 0.5 / (0.25 + 0.5),
         "filter_effect": {
             "D/p/v": {
-                side: {"success_rate": 0.5, "cost_per_perturbed_question_usd": 0.1, "requests_per_success": 2}
+                side: {
+                    "success_rate": 0.5,
+                    "unanswered": 3,
+                    "cost_per_perturbed_question_usd": 0.1,
+                    "requests_per_success": 2,
+                }
                 for side in ("without_filter", "with_filter")
             }
         },
     }
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
     (row,) = report.classifier_table(str(tmp_path / "metrics.json")).to_dict("records")
-    assert (row["n_test"], row["unanswered_test"]) == (2, 1)
+    assert (row["n_test"], row["unanswered_test"], row["unanswered_originals"]) == (2, 1, 3)
 
 
 # ---- persona: label shift, κ, win rate, nDCG ----

@@ -16,7 +16,7 @@ import numpy as np
 from stressprobe.cdv.prompts import classifier_messages, parse_yes_no
 from stressprobe.cdv.search import ROLES, summarize_search
 from stressprobe.llm import Request
-from stressprobe.scoring import UNANSWERED
+from stressprobe.scoring import UNANSWERED, is_unanswered
 
 
 def prompt_answers(client: Any, questions: list[dict[str, Any]], seed: int) -> dict[str, float | None]:
@@ -124,14 +124,17 @@ def filter_effect(
     """Search success rate and cost on all labelled questions vs only those the classifier keeps.
 
     Counterfactual: the search ran without the filter; "with filter" counts the kept questions' nodes.
+    A question whose original got no answer has no label: in neither rate, counted (`unanswered`).
     """
     labelled = set(outcome_labels(records))
+    failed = {r["qid"] for r in records if r["depth"] == 0 and is_unanswered(r)}
     result = {}
     for name, qids in (("without_filter", labelled), ("with_filter", labelled & keep)):
         subset = [r for r in records if r["qid"] in qids]
         summary = summarize_search(subset, prices)
         result[name] = {
             "questions": len(qids),
+            UNANSWERED: len(failed if name == "without_filter" else failed & keep),
             "success_rate": summary["questions_with_success"] / len(qids) if qids else None,
             "requests_total": summary["requests_total"],
             "tokens_total": summary["tokens_total"],
