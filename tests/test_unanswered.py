@@ -21,6 +21,7 @@ from stressprobe.cdv.classifier import (
     filter_effect,
     prompt_answers,
     prompt_probabilities,
+    run_classifier,
 )
 from stressprobe.cdv.evaluate import eval_items, evaluate
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
@@ -32,6 +33,7 @@ from stressprobe.persona.evaluation import MEASURE, ndcg_table
 from stressprobe.persona.judging import judgment_qrels, unanswered_pairs
 from tests.support.cdv_scripted import ScriptedModel, kind_of, make_item, question_of, user_text
 from tests.test_analysis import ORDER, systems_frame
+from tests.test_cdv_study import SETTINGS, _items, _victim
 from tests.test_metrics import kappa_by_definition
 
 
@@ -385,3 +387,44 @@ def test_the_system_tables_count_the_failed_calls_behind_their_rankings(tmp_path
     (row,) = pd.read_csv(tmp_path / "t5.csv").to_dict("records")
     # fixed/gap over both models: their own failed calls (2 + 3) and their UMBRELA cells' (1 + 0).
     assert (row["condition"], row["unanswered"], row["unanswered_umbrela"]) == ("fixed/gap", 5, 1)
+
+
+def test_the_configured_prompt_classifier_is_scored_on_its_answered_test_questions():
+    items = _items(20)
+    records = search_records(
+        run_search(items, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+    )
+    cell = {"dataset": "toy", "proxy": "p", "victim": "v"}
+    settings = {
+        "kind": "prompt",
+        "threshold": 0.5,
+        "model": "judge",
+        "test_fraction": 0.5,
+        "validation_fraction": 0.0,
+        "prompt_models": [],
+    }
+
+    def ask(model, asked):  # every call on a question number divisible by 3 fails; the rest say "no"
+        return {q["qid"]: None if int(q["qid"][1:]) % 3 == 0 else 0.0 for q in asked}
+
+    questions = {q["qid"]: {**q, "dataset": "toy"} for q in items}
+    rows, metrics, _ = run_classifier(
+        [(cell, records, {"proxy": "p", "victim": "v", "semantic": "p"})],
+        questions,
+        settings,
+        0,
+        None,
+        ask,
+        {},
+    )
+    test = [r for r in rows if r["split"] == "test"]
+    failed = [r for r in test if int(r["qid"][1:]) % 3 == 0]
+    answered = [r for r in test if int(r["qid"][1:]) % 3 != 0]
+    assert failed and answered
+    assert (metrics["n_test"], metrics["unanswered_test"]) == (len(answered), len(failed))
+    assert metrics["positives_test"] == sum(r["label"] for r in answered)
+    # The failed ones are kept by the filter (p = 1), the answered ones dropped ("no"): scored on the
+    # answered alone, nothing is kept, so precision is undefined and recall 0 (with any positive).
+    assert all(r["keep"] for r in failed) and not any(r["keep"] for r in answered)
+    assert metrics["precision"] is None
+    assert metrics["recall"] == (0.0 if metrics["positives_test"] else None)

@@ -233,7 +233,8 @@ def classifier_study(
 
     `rows`: one per (cell, qid) with `label`; `vectors`: qid -> embedding of every labelled question (None =
     no trained classifier); `prompt_scores`: model -> qid -> p (None: no answer). Returns (classifier ->
-    qid -> p, classifier -> split -> metrics). The no-classifier baseline keeps every question (recall 1, precision = base rate).
+    qid -> p, classifier -> split -> metrics). The no-classifier baseline keeps every question (recall 1,
+    precision = base rate).
     """
     labelled = {r["qid"] for r in rows}
     for row in rows:
