@@ -16,7 +16,13 @@ import pytest
 
 from stressprobe import scoring
 from stressprobe.cdv import paper_report, report
-from stressprobe.cdv.classifier import classifier_metrics, prompt_answers, prompt_probabilities
+from stressprobe.cdv.classifier import (
+    classifier_metrics,
+    filter_effect,
+    prompt_answers,
+    prompt_probabilities,
+    run_classifier,
+)
 from stressprobe.cdv.evaluate import eval_items, evaluate
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.cdv.search_report import accuracy_with_originals
@@ -27,6 +33,7 @@ from stressprobe.persona.evaluation import MEASURE, ndcg_table
 from stressprobe.persona.judging import judgment_qrels, unanswered_pairs
 from tests.support.cdv_scripted import ScriptedModel, kind_of, make_item, question_of, user_text
 from tests.test_analysis import ORDER, systems_frame
+from tests.test_cdv_study import SETTINGS, _items, _victim
 from tests.test_metrics import kappa_by_definition
 
 
@@ -206,6 +213,10 @@ def test_a_question_whose_original_got_no_answer_is_not_in_any_success_rate(tmp_
         .to_dict("records")
     )
     assert (cost["success_rate"], cost["unanswered"]) == (2 / 3, 1)
+    # The classifier's filter effect (Tables 2-3): q0 has no label, so it is in neither rate.
+    effect = filter_effect(records, {"q0", "q1"}, {})
+    assert (effect["without_filter"]["success_rate"], effect["without_filter"]["unanswered"]) == (2 / 3, 1)
+    assert (effect["with_filter"]["success_rate"], effect["with_filter"]["unanswered"]) == (1.0, 1)
 
 
 # ---- CDV: classifier metrics (Tables 2-3 and 7) ----
@@ -239,14 +250,19 @@ def test_the_classifier_table_counts_the_unanswered_test_questions(tmp_path):
         "f_beta": 1.25 * 0.5 / (0.25 + 0.5),
         "filter_effect": {
             "D/p/v": {
-                side: {"success_rate": 0.5, "cost_per_perturbed_question_usd": 0.1, "requests_per_success": 2}
+                side: {
+                    "success_rate": 0.5,
+                    "unanswered": 3,
+                    "cost_per_perturbed_question_usd": 0.1,
+                    "requests_per_success": 2,
+                }
                 for side in ("without_filter", "with_filter")
             }
         },
     }
     (tmp_path / "metrics.json").write_text(json.dumps(metrics))
     (row,) = report.classifier_table(str(tmp_path / "metrics.json")).to_dict("records")
-    assert (row["n_test"], row["unanswered_test"]) == (2, 1)
+    assert (row["n_test"], row["unanswered_test"], row["unanswered_originals"]) == (2, 1, 3)
 
 
 # ---- persona: label shift, κ, win rate, nDCG ----
@@ -371,3 +387,44 @@ def test_the_system_tables_count_the_failed_calls_behind_their_rankings(tmp_path
     (row,) = pd.read_csv(tmp_path / "t5.csv").to_dict("records")
     # fixed/gap over both models: their own failed calls (2 + 3) and their UMBRELA cells' (1 + 0).
     assert (row["condition"], row["unanswered"], row["unanswered_umbrela"]) == ("fixed/gap", 5, 1)
+
+
+def test_the_configured_prompt_classifier_is_scored_on_its_answered_test_questions():
+    items = _items(20)
+    records = search_records(
+        run_search(items, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+    )
+    cell = {"dataset": "toy", "proxy": "p", "victim": "v"}
+    settings = {
+        "kind": "prompt",
+        "threshold": 0.5,
+        "model": "judge",
+        "test_fraction": 0.5,
+        "validation_fraction": 0.0,
+        "prompt_models": [],
+    }
+
+    def ask(model, asked):  # every call on a question number divisible by 3 fails; the rest say "no"
+        return {q["qid"]: None if int(q["qid"][1:]) % 3 == 0 else 0.0 for q in asked}
+
+    questions = {q["qid"]: {**q, "dataset": "toy"} for q in items}
+    rows, metrics, _ = run_classifier(
+        [(cell, records, {"proxy": "p", "victim": "v", "semantic": "p"})],
+        questions,
+        settings,
+        0,
+        None,
+        ask,
+        {},
+    )
+    test = [r for r in rows if r["split"] == "test"]
+    failed = [r for r in test if int(r["qid"][1:]) % 3 == 0]
+    answered = [r for r in test if int(r["qid"][1:]) % 3 != 0]
+    assert failed and answered
+    assert (metrics["n_test"], metrics["unanswered_test"]) == (len(answered), len(failed))
+    assert metrics["positives_test"] == sum(r["label"] for r in answered)
+    # The failed ones are kept by the filter (p = 1), the answered ones dropped ("no"): scored on the
+    # answered alone, nothing is kept, so precision is undefined and recall 0 (with any positive).
+    assert all(r["keep"] for r in failed) and not any(r["keep"] for r in answered)
+    assert metrics["precision"] is None
+    assert metrics["recall"] == (0.0 if metrics["positives_test"] else None)

@@ -17,7 +17,7 @@ import numpy as np
 from stressprobe.cdv.prompts import classifier_messages, parse_yes_no
 from stressprobe.cdv.search import ROLES, summarize_search
 from stressprobe.llm import Request
-from stressprobe.scoring import UNANSWERED
+from stressprobe.scoring import UNANSWERED, is_unanswered
 
 
 def prompt_answers(client: Any, questions: list[dict[str, Any]], seed: int) -> dict[str, float | None]:
@@ -133,14 +133,17 @@ def filter_effect(
     """Search success rate and cost on all labelled questions vs only those the classifier keeps.
 
     Counterfactual: the search ran without the filter; "with filter" counts the kept questions' nodes.
+    A question whose original got no answer has no label: in neither rate, counted (`unanswered`).
     """
     labelled = set(outcome_labels(records))
+    failed = {r["qid"] for r in records if r["depth"] == 0 and is_unanswered(r)}
     result = {}
     for name, qids in (("without_filter", labelled), ("with_filter", labelled & keep)):
         subset = [r for r in records if r["qid"] in qids]
         summary = summarize_search(subset, prices)
         result[name] = {
             "questions": len(qids),
+            UNANSWERED: len(failed if name == "without_filter" else failed & keep),
             "success_rate": summary["questions_with_success"] / len(qids) if qids else None,
             "requests_total": summary["requests_total"],
             "tokens_total": summary["tokens_total"],
@@ -239,7 +242,8 @@ def classifier_study(
 
     `rows`: one per (cell, qid) with `label`; `vectors`: qid -> embedding of every labelled question (None =
     no trained classifier); `prompt_scores`: model -> qid -> p (None: no answer). Returns (classifier ->
-    qid -> p, classifier -> split -> metrics). The no-classifier baseline keeps every question (recall 1, precision = base rate).
+    qid -> p, classifier -> split -> metrics). The no-classifier baseline keeps every question (recall 1,
+    precision = base rate).
     """
     labelled = {r["qid"] for r in rows}
     for row in rows:

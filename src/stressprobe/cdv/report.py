@@ -145,6 +145,8 @@ def classifier_table(metrics_path: str) -> pd.DataFrame:
                 "f0.5": m["f_beta"],
                 "success_rate_without": effect["without_filter"]["success_rate"],
                 "success_rate_with": effect["with_filter"]["success_rate"],
+                # Held-out questions whose original got no answer: in neither success rate.
+                f"{UNANSWERED}_originals": effect["without_filter"][UNANSWERED],
                 "usd_per_question_without": effect["without_filter"]["cost_per_perturbed_question_usd"],
                 "usd_per_question_with": effect["with_filter"]["cost_per_perturbed_question_usd"],
                 "requests_per_success_without": effect["without_filter"]["requests_per_success"],
