@@ -219,18 +219,18 @@ def test_table_rows_computed_with_a_substitute_say_so():
     assert mark_substitutes(frame.iloc[[1]], models).equals(frame.iloc[[1]])
 
 
-def workflow_config(tmp_path: Path, server: OpenAIServer, edits: dict) -> Path:
-    write_judging_data(tmp_path)
-    return write_api_config(tmp_path, server.base_url, {"cdv.enabled": False, **edits})
+def workflow_config(workdir: Path, server: OpenAIServer, edits: dict) -> Path:
+    write_judging_data(workdir)
+    return write_api_config(workdir, server.base_url, {"cdv.enabled": False, **edits})
 
 
-def test_a_run_with_an_unserved_model_stops_before_its_first_job(tmp_path: Path):
+def test_a_run_with_an_unserved_model_stops_before_its_first_job(workdir: Path):
     with OpenAIServer(model_ids=("test-model",)) as server:
         config = workflow_config(
-            tmp_path, server, {"models.api.model": "retired-model", "preflight.before_run": True}
+            workdir, server, {"models.api.model": "retired-model", "preflight.before_run": True}
         )
-        cell = judge_cell(tmp_path)
-        result = run_workflow(tmp_path, config, str(cell["judgments"].relative_to(tmp_path)), check=False)
+        cell = judge_cell(workdir)
+        result = run_workflow(workdir, config, str(cell["judgments"].relative_to(workdir)), check=False)
         assert result.returncode != 0
         assert error_lines(result.stderr) == ["error: preflight: 1 problem(s), no model was called:"]
         assert (
@@ -238,13 +238,13 @@ def test_a_run_with_an_unserved_model_stops_before_its_first_job(tmp_path: Path)
             "listing: retired or misspelt); set models.api.substitute to a current model id"
         ) in result.stderr.splitlines()
         assert server.total_requests == 0
-        assert not (tmp_path / "results" / "data").exists()  # no job ran, not even the local ones
+        assert not (workdir / "results" / "data").exists()  # no job ran, not even the local ones
 
 
-def test_a_run_with_a_substitute_completes_on_the_substitute(tmp_path: Path):
+def test_a_run_with_a_substitute_completes_on_the_substitute(workdir: Path):
     with OpenAIServer(model_ids=("test-model",)) as server:
         config = workflow_config(
-            tmp_path,
+            workdir,
             server,
             {
                 "models.api.model": "retired-model",
@@ -253,10 +253,10 @@ def test_a_run_with_a_substitute_completes_on_the_substitute(tmp_path: Path):
             },
         )
         table = "results/tables/kappa_agreement.csv"
-        run_workflow(tmp_path, config, table)
+        run_workflow(workdir, config, table)
         sent = {json.loads(body)["model"] for body in server.requests}
         assert sent == {"test-model"}
-        rows = pd.read_csv(tmp_path / table)
+        rows = pd.read_csv(workdir / table)
         assert set(rows["model"]) == {"api"}
         assert set(rows["model_paper"]) == {"retired-model"}
         assert set(rows["model_run"]) == {"test-model"}
