@@ -260,3 +260,28 @@ def test_a_run_with_a_substitute_completes_on_the_substitute(workdir: Path):
         assert set(rows["model"]) == {"api"}
         assert set(rows["model_paper"]) == {"retired-model"}
         assert set(rows["model_run"]) == {"test-model"}
+
+
+def test_preflight_rule_and_the_bill_show_the_same_findings(workdir: Path):
+    import csv
+
+    with OpenAIServer(model_ids=("test-model",)) as server:
+        line = (
+            f"config models.api.model: retired-model is not served by {server.base_url} (not in its model "
+            "listing: retired or misspelt); set models.api.substitute to a current model id"
+        )
+        config = workflow_config(workdir, server, {"models.api.model": "retired-model"})
+        refused = run_workflow(workdir, config, "preflight", check=False)
+        assert refused.returncode != 0 and f"  {line}" in refused.stderr.splitlines()
+        assert not (workdir / "results/preflight/preflight.csv").exists()
+        run_workflow(workdir, config, "cost_estimate", "-f")
+        (bill,) = csv.DictReader((workdir / "results/cost/models.csv").open())
+        assert (bill["model"], bill["preflight"]) == ("api", "error")
+        assert f"- **error** `api`: {line}" in (workdir / "results/cost/estimate.md").read_text().splitlines()
+        substituted = workflow_config(
+            workdir, server, {"models.api.model": "retired-model", "models.api.substitute": "test-model"}
+        )
+        run_workflow(workdir, substituted, "preflight")
+        (row,) = csv.DictReader((workdir / "results/preflight/preflight.csv").open())
+        assert (row["model"], row["level"]) == ("api", "ok")
+        assert server.total_requests == 0
