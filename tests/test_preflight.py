@@ -274,7 +274,11 @@ def test_preflight_rule_and_the_bill_show_the_same_findings(workdir: Path):
         refused = run_workflow(workdir, config, "preflight", check=False)
         assert refused.returncode != 0 and f"  {line}" in refused.stderr.splitlines()
         assert not (workdir / "results/preflight/preflight.csv").exists()
-        run_workflow(workdir, config, "cost_estimate", "-f")
+        # A run that calls no model is not stopped by preflight.before_run: the bill shows the findings.
+        billed = workflow_config(
+            workdir, server, {"models.api.model": "retired-model", "preflight.before_run": True}
+        )
+        run_workflow(workdir, billed, "cost_estimate", "-f")
         (bill,) = csv.DictReader((workdir / "results/cost/models.csv").open())
         assert (bill["model"], bill["preflight"]) == ("api", "error")
         assert f"- **error** `api`: {line}" in (workdir / "results/cost/estimate.md").read_text().splitlines()
