@@ -180,6 +180,28 @@ def test_vllm_models_resolve_and_hold_the_prompts(tmp_path: Path):
     assert problems(run_preflight(["hub"], models, 1, today=TODAY, env=env)) == []
 
 
+def test_a_gated_hub_model_needs_hf_token(tmp_path: Path):
+    from tests.support.file_server import FileServer
+
+    # The hub's model info as a static file (GET {endpoint}/api/models/<org>/<name>).
+    for name, gated in (("gated", "manual"), ("open", False)):
+        info = tmp_path / "site" / "api" / "models" / "org" / name
+        info.parent.mkdir(parents=True, exist_ok=True)
+        info.write_text(json.dumps({"id": f"org/{name}", "gated": gated, "private": False}))
+    models = {n: {"backend": "vllm", "model": f"org/{n}"} for n in ("gated", "open", "absent")}
+    with FileServer(tmp_path / "site") as site:
+        env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": site.url("").rstrip("/")}
+        assert problems(run_preflight(models, models, 1, today=TODAY, env=env)) == [
+            "config models.absent.model: org/absent is not a model on the Hugging Face hub; fix the id or "
+            "give a local folder",
+            "config models.gated.model: org/gated is gated; accept its licence on huggingface.co and export "
+            "HF_TOKEN=<your token>",
+        ]
+        assert (
+            problems(run_preflight(["gated"], models, 1, today=TODAY, env={**env, "HF_TOKEN": "hf_x"})) == []
+        )
+
+
 def test_models_in_use_follows_the_enabled_stages():
     config = {
         "judging": {"enabled": True, "models": ["a"], "summarizer": "s"},

@@ -206,12 +206,18 @@ def hub_problem(name: str, repo_id: str, env: Mapping[str, str]) -> str | None:
             f"{key}: {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set; download it first"
         )
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     try:
-        info = HfApi().model_info(repo_id, token=env.get("HF_TOKEN") or False, timeout=LISTING_TIMEOUT_S)
-    except RepositoryNotFoundError:
-        return f"{key}: {repo_id} is not a model on the Hugging Face hub; fix the id or give a local folder"
+        hub = HfApi(endpoint=env.get("HF_ENDPOINT"))  # a mirror (or a test's server) where one is set
+        info = hub.model_info(repo_id, token=env.get("HF_TOKEN") or False, timeout=LISTING_TIMEOUT_S)
+    except (RepositoryNotFoundError, HfHubHTTPError) as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(exc, RepositoryNotFoundError) or status == 404:
+            return (
+                f"{key}: {repo_id} is not a model on the Hugging Face hub; fix the id or give a local folder"
+            )
+        return f"{key}: {repo_id} is not in the Hugging Face cache and the hub answered HTTP {status}"
     except Exception as exc:  # noqa: BLE001 (any network failure: the line says which)
         return f"{key}: {repo_id} is not in the Hugging Face cache and the hub cannot be reached ({type(exc).__name__})"
     if info.gated and not env.get("HF_TOKEN"):
