@@ -4,7 +4,7 @@ substitution of retired models (`models.<name>.substitute`): what is run, keyed 
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -282,6 +282,18 @@ def test_a_run_with_a_substitute_completes_on_the_substitute(workdir: Path):
         assert set(rows["model"]) == {"api"}
         assert set(rows["model_paper"]) == {"retired-model"}
         assert set(rows["model_run"]) == {"test-model"}
+
+
+def test_a_shutdown_before_the_run_ends_is_a_warning_line_and_the_run_goes_on(workdir: Path):
+    with OpenAIServer(model_ids=("test-model",), shutdown_dates={"test-model": "2000-01-01"}) as server:
+        config = workflow_config(workdir, server, {"preflight.before_run": True})
+        result = run_workflow(workdir, config, "results/data/tiny/pairs.jsonl", "preflight")
+    assert [line for line in result.stderr.splitlines() if line.startswith("warning: ")] == [
+        "warning: config models.api.model: test-model shuts down on 2000-01-01 (the provider's model listing), "
+        f"before the run's estimated end {(datetime.now(UTC).date() + timedelta(days=30)).isoformat()}; set "
+        "models.api.substitute to run one current model throughout"
+    ]
+    assert (workdir / "results/preflight/preflight.csv").is_file()
 
 
 def test_preflight_rule_and_the_bill_show_the_same_findings(workdir: Path):

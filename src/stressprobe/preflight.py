@@ -15,6 +15,7 @@ import csv
 import io
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, timedelta
@@ -285,6 +286,14 @@ def raise_on_problems(findings: Sequence[Finding]) -> None:
             f"preflight: {len(lines)} problem(s), no model was called:\n"
             + "\n".join(f"  {line}" for line in lines)
         )
+
+
+def report_and_stop(findings: Sequence[Finding]) -> None:
+    """Warnings as `warning:` lines on stderr (the run goes on), then stop on any problem."""
+    for finding in findings:
+        if finding.level == "warning":
+            print(f"warning: {finding.message}", file=sys.stderr)
+    raise_on_problems(findings)
 
 
 def preflight_csv(findings: Sequence[Finding]) -> str:

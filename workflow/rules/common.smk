@@ -8,7 +8,7 @@ from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
 from stressprobe.io import output_path_problem
 from stressprobe.llm import answer_prefill
-from stressprobe.preflight import models_in_use, raise_on_problems, run_preflight
+from stressprobe.preflight import models_in_use, report_and_stop, run_preflight
 
 
 def stop_on_error(check, *args):
@@ -55,7 +55,7 @@ onstart:
         # The preflight before the first job (config preflight.before_run): nothing is paid on a failure.
         # Runs that call no model (the bill, data preparation) go on: the bill shows the findings.
         stop_on_error(
-            lambda: raise_on_problems(
+            lambda: report_and_stop(
                 run_preflight(
                     models_in_use(config),
                     config["models"],
