@@ -323,3 +323,16 @@ def test_preflight_rule_and_the_bill_show_the_same_findings(workdir: Path):
         (row,) = csv.DictReader((workdir / "results/preflight/preflight.csv").open())
         assert (row["model"], row["level"]) == ("api", "ok")
         assert server.total_requests == 0
+
+
+def test_the_bill_keeps_each_cells_longest_request_for_the_context_check():
+    from stressprobe.cost import CacheView, bound_row, estimate_cell, total_row
+
+    short, long = Request.chat(user="a" * 40, max_tokens=10), Request.chat(user="b" * 400, max_tokens=5)
+    entry = {"backend": "vllm", "model": "org/m"}
+    # 400 characters are 100 tokens, plus 4 for the message and 3 for the reply's priming; plus its 5 tokens.
+    row = estimate_cell("judging", "d", "c", "m", entry, [short, long], CacheView("/nonexistent"))
+    assert row.longest_request == 100 + 4 + 3 + 5
+    bound = bound_row("d", "c", "m", entry, [(short, 3)])
+    assert bound.longest_request == 10 + 4 + 3 + 10
+    assert total_row([row, bound]).longest_request == 112
