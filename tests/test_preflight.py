@@ -4,7 +4,7 @@ substitution of retired models (`models.<name>.substitute`): what is run, keyed 
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -180,6 +180,28 @@ def test_vllm_models_resolve_and_hold_the_prompts(tmp_path: Path):
     assert problems(run_preflight(["hub"], models, 1, today=TODAY, env=env)) == []
 
 
+def test_a_gated_hub_model_needs_hf_token(tmp_path: Path):
+    from tests.support.file_server import FileServer
+
+    # The hub's model info as a static file (GET {endpoint}/api/models/<org>/<name>).
+    for name, gated in (("gated", "manual"), ("open", False)):
+        info = tmp_path / "site" / "api" / "models" / "org" / name
+        info.parent.mkdir(parents=True, exist_ok=True)
+        info.write_text(json.dumps({"id": f"org/{name}", "gated": gated, "private": False}))
+    models = {n: {"backend": "vllm", "model": f"org/{n}"} for n in ("gated", "open", "absent")}
+    with FileServer(tmp_path / "site") as site:
+        env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": site.url("").rstrip("/")}
+        assert problems(run_preflight(models, models, 1, today=TODAY, env=env)) == [
+            "config models.absent.model: org/absent is not a model on the Hugging Face hub; fix the id or "
+            "give a local folder",
+            "config models.gated.model: org/gated is gated; accept its licence on huggingface.co and export "
+            "HF_TOKEN=<your token>",
+        ]
+        assert (
+            problems(run_preflight(["gated"], models, 1, today=TODAY, env={**env, "HF_TOKEN": "hf_x"})) == []
+        )
+
+
 def test_models_in_use_follows_the_enabled_stages():
     config = {
         "judging": {"enabled": True, "models": ["a"], "summarizer": "s"},
@@ -219,18 +241,18 @@ def test_table_rows_computed_with_a_substitute_say_so():
     assert mark_substitutes(frame.iloc[[1]], models).equals(frame.iloc[[1]])
 
 
-def workflow_config(tmp_path: Path, server: OpenAIServer, edits: dict) -> Path:
-    write_judging_data(tmp_path)
-    return write_api_config(tmp_path, server.base_url, {"cdv.enabled": False, **edits})
+def workflow_config(workdir: Path, server: OpenAIServer, edits: dict) -> Path:
+    write_judging_data(workdir)
+    return write_api_config(workdir, server.base_url, {"cdv.enabled": False, **edits})
 
 
-def test_a_run_with_an_unserved_model_stops_before_its_first_job(tmp_path: Path):
+def test_a_run_with_an_unserved_model_stops_before_its_first_job(workdir: Path):
     with OpenAIServer(model_ids=("test-model",)) as server:
         config = workflow_config(
-            tmp_path, server, {"models.api.model": "retired-model", "preflight.before_run": True}
+            workdir, server, {"models.api.model": "retired-model", "preflight.before_run": True}
         )
-        cell = judge_cell(tmp_path)
-        result = run_workflow(tmp_path, config, str(cell["judgments"].relative_to(tmp_path)), check=False)
+        cell = judge_cell(workdir)
+        result = run_workflow(workdir, config, str(cell["judgments"].relative_to(workdir)), check=False)
         assert result.returncode != 0
         assert error_lines(result.stderr) == ["error: preflight: 1 problem(s), no model was called:"]
         assert (
@@ -238,13 +260,13 @@ def test_a_run_with_an_unserved_model_stops_before_its_first_job(tmp_path: Path)
             "listing: retired or misspelt); set models.api.substitute to a current model id"
         ) in result.stderr.splitlines()
         assert server.total_requests == 0
-        assert not (tmp_path / "results" / "data").exists()  # no job ran, not even the local ones
+        assert not (workdir / "results" / "data").exists()  # no job ran, not even the local ones
 
 
-def test_a_run_with_a_substitute_completes_on_the_substitute(tmp_path: Path):
+def test_a_run_with_a_substitute_completes_on_the_substitute(workdir: Path):
     with OpenAIServer(model_ids=("test-model",)) as server:
         config = workflow_config(
-            tmp_path,
+            workdir,
             server,
             {
                 "models.api.model": "retired-model",
@@ -253,10 +275,64 @@ def test_a_run_with_a_substitute_completes_on_the_substitute(tmp_path: Path):
             },
         )
         table = "results/tables/kappa_agreement.csv"
-        run_workflow(tmp_path, config, table)
+        run_workflow(workdir, config, table)
         sent = {json.loads(body)["model"] for body in server.requests}
         assert sent == {"test-model"}
-        rows = pd.read_csv(tmp_path / table)
+        rows = pd.read_csv(workdir / table)
         assert set(rows["model"]) == {"api"}
         assert set(rows["model_paper"]) == {"retired-model"}
         assert set(rows["model_run"]) == {"test-model"}
+
+
+def test_a_shutdown_before_the_run_ends_is_a_warning_line_and_the_run_goes_on(workdir: Path):
+    with OpenAIServer(model_ids=("test-model",), shutdown_dates={"test-model": "2000-01-01"}) as server:
+        config = workflow_config(workdir, server, {"preflight.before_run": True})
+        result = run_workflow(workdir, config, "results/data/tiny/pairs.jsonl", "preflight")
+    assert [line for line in result.stderr.splitlines() if line.startswith("warning: ")] == [
+        "warning: config models.api.model: test-model shuts down on 2000-01-01 (the provider's model listing), "
+        f"before the run's estimated end {(datetime.now(UTC).date() + timedelta(days=30)).isoformat()}; set "
+        "models.api.substitute to run one current model throughout"
+    ]
+    assert (workdir / "results/preflight/preflight.csv").is_file()
+
+
+def test_preflight_rule_and_the_bill_show_the_same_findings(workdir: Path):
+    import csv
+
+    with OpenAIServer(model_ids=("test-model",)) as server:
+        line = (
+            f"config models.api.model: retired-model is not served by {server.base_url} (not in its model "
+            "listing: retired or misspelt); set models.api.substitute to a current model id"
+        )
+        config = workflow_config(workdir, server, {"models.api.model": "retired-model"})
+        refused = run_workflow(workdir, config, "preflight", check=False)
+        assert refused.returncode != 0 and f"  {line}" in refused.stderr.splitlines()
+        assert not (workdir / "results/preflight/preflight.csv").exists()
+        # A run that calls no model is not stopped by preflight.before_run: the bill shows the findings.
+        billed = workflow_config(
+            workdir, server, {"models.api.model": "retired-model", "preflight.before_run": True}
+        )
+        run_workflow(workdir, billed, "cost_estimate", "-f")
+        (bill,) = csv.DictReader((workdir / "results/cost/models.csv").open())
+        assert (bill["model"], bill["preflight"]) == ("api", "error")
+        assert f"- **error** `api`: {line}" in (workdir / "results/cost/estimate.md").read_text().splitlines()
+        substituted = workflow_config(
+            workdir, server, {"models.api.model": "retired-model", "models.api.substitute": "test-model"}
+        )
+        run_workflow(workdir, substituted, "preflight")
+        (row,) = csv.DictReader((workdir / "results/preflight/preflight.csv").open())
+        assert (row["model"], row["level"]) == ("api", "ok")
+        assert server.total_requests == 0
+
+
+def test_the_bill_keeps_each_cells_longest_request_for_the_context_check():
+    from stressprobe.cost import CacheView, bound_row, estimate_cell, total_row
+
+    short, long = Request.chat(user="a" * 40, max_tokens=10), Request.chat(user="b" * 400, max_tokens=5)
+    entry = {"backend": "vllm", "model": "org/m"}
+    # 400 characters are 100 tokens, plus 4 for the message and 3 for the reply's priming; plus its 5 tokens.
+    row = estimate_cell("judging", "d", "c", "m", entry, [short, long], CacheView("/nonexistent"))
+    assert row.longest_request == 100 + 4 + 3 + 5
+    bound = bound_row("d", "c", "m", entry, [(short, 3)])
+    assert bound.longest_request == 10 + 4 + 3 + 10
+    assert total_row([row, bound]).longest_request == 112

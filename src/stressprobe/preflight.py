@@ -15,6 +15,7 @@ import csv
 import io
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, date, datetime, timedelta
@@ -206,12 +207,18 @@ def hub_problem(name: str, repo_id: str, env: Mapping[str, str]) -> str | None:
             f"{key}: {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set; download it first"
         )
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     try:
-        info = HfApi().model_info(repo_id, token=env.get("HF_TOKEN") or False, timeout=LISTING_TIMEOUT_S)
-    except RepositoryNotFoundError:
-        return f"{key}: {repo_id} is not a model on the Hugging Face hub; fix the id or give a local folder"
+        hub = HfApi(endpoint=env.get("HF_ENDPOINT"))  # a mirror (or a test's server) where one is set
+        info = hub.model_info(repo_id, token=env.get("HF_TOKEN") or False, timeout=LISTING_TIMEOUT_S)
+    except (RepositoryNotFoundError, HfHubHTTPError) as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(exc, RepositoryNotFoundError) or status == 404:
+            return (
+                f"{key}: {repo_id} is not a model on the Hugging Face hub; fix the id or give a local folder"
+            )
+        return f"{key}: {repo_id} is not in the Hugging Face cache and the hub answered HTTP {status}"
     except Exception as exc:  # noqa: BLE001 (any network failure: the line says which)
         return f"{key}: {repo_id} is not in the Hugging Face cache and the hub cannot be reached ({type(exc).__name__})"
     if info.gated and not env.get("HF_TOKEN"):
@@ -279,6 +286,14 @@ def raise_on_problems(findings: Sequence[Finding]) -> None:
             f"preflight: {len(lines)} problem(s), no model was called:\n"
             + "\n".join(f"  {line}" for line in lines)
         )
+
+
+def report_and_stop(findings: Sequence[Finding]) -> None:
+    """Warnings as `warning:` lines on stderr (the run goes on), then stop on any problem."""
+    for finding in findings:
+        if finding.level == "warning":
+            print(f"warning: {finding.message}", file=sys.stderr)
+    raise_on_problems(findings)
 
 
 def preflight_csv(findings: Sequence[Finding]) -> str:

@@ -8,7 +8,7 @@ from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
 from stressprobe.io import output_path_problem
 from stressprobe.llm import answer_prefill
-from stressprobe.preflight import models_in_use, raise_on_problems, run_preflight
+from stressprobe.preflight import models_in_use, report_and_stop, run_preflight
 
 
 def stop_on_error(check, *args):
@@ -39,14 +39,23 @@ stop_on_error(
 )
 
 
+def calls_models(job):
+    """Whether a job calls models: every such rule declares a `gpu` resource (llm_resources; 0 for API
+    models), as do the GPU training rules, whose hub models the preflight checks too."""
+    return "gpu" in job.rule.resources
+
+
 # Runs after planning, before the first job (never on a dry run). Snakemake has no public hook for the
 # jobs about to run; `workflow.dag` is its plan (checked in tests/test_faults.py on the pinned version).
 onstart:
     stop_on_error(check_outputs_writable, workflow.dag.needrun_jobs())
-    if config["preflight"]["before_run"]:
+    if config["preflight"]["before_run"] and any(
+        map(calls_models, workflow.dag.needrun_jobs())
+    ):
         # The preflight before the first job (config preflight.before_run): nothing is paid on a failure.
+        # Runs that call no model (the bill, data preparation) go on: the bill shows the findings.
         stop_on_error(
-            lambda: raise_on_problems(
+            lambda: report_and_stop(
                 run_preflight(
                     models_in_use(config),
                     config["models"],
