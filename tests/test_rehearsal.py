@@ -15,16 +15,21 @@ import urllib.request
 import pytest
 import yaml
 
+from tests.support.file_server import FileServer
 from tests.support.helpers import shared_data
 from tests.support.rehearsal import (
+    FILES_PORT,
     OVERLAY,
     PAPER,
     PAPER_MODEL_RULES,
+    error_records,
+    executed_jobs,
     prepare_workdir,
     rehearsal_command,
     rehearsal_env,
     role_responder,
     role_server,
+    scorecard_coverage,
 )
 
 # Every key path the overlay may change (fnmatch patterns over dotted paths): where models are reached,
@@ -199,3 +204,38 @@ def test_the_rehearsals_plan_has_every_rule_and_job_of_the_papers(rehearsal_dir,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert planned_rules(proc.stdout + proc.stderr) == paper_dry_run_rules(tmp_path)
+
+
+def test_the_overlays_sources_keep_the_papers_commit_and_file_name():
+    paper, overlay = load(PAPER)["sources"], load(OVERLAY)["sources"]
+    assert set(overlay) == set(paper)
+    for name, entry in overlay.items():
+        commit, filename = paper[name]["commit"], paper[name]["url"].rsplit("/", 1)[1]
+        assert entry["url"].endswith(f"/{commit}/{filename}"), name
+
+
+@pytest.mark.slow
+def test_the_whole_paper_dag_runs_to_completion_under_the_rehearsal(rehearsal_dir, tmp_path):
+    """Every job of the paper's plan executes; every table and figure is written; no error record."""
+    with role_server(), FileServer(rehearsal_dir / "served", FILES_PORT):
+        proc = subprocess.run(
+            rehearsal_command(rehearsal_dir, "--keep-going"),
+            capture_output=True,
+            text=True,
+            env=rehearsal_env(rehearsal_dir),
+            timeout=1800,
+        )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    planned = paper_dry_run_rules(tmp_path)
+    executed = executed_jobs(rehearsal_dir)
+    assert {r: n for r, n in planned.items() if executed[r] < n} == {}, (
+        "rules of the paper's plan not executed"
+    )
+    assert error_records(rehearsal_dir) == []
+    results = rehearsal_dir / "results"
+    for table in sorted((results / "tables").glob("*.csv")):
+        assert len(table.read_text(encoding="utf-8").splitlines()) > 1, f"{table.name}: no rows"
+    assert all(f.stat().st_size > 0 for f in (results / "figures").rglob("*") if f.is_file())
+    for card in ("vs_paper", "cdv_vs_paper"):
+        covered, printed, _ = scorecard_coverage(results / "tables" / f"{card}.csv")
+        assert printed > 0 and covered > 0, card

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +257,37 @@ def rehearsal_command(workdir: Path, *args: str) -> list[str]:
         str(PAPER),
         str(OVERLAY),
     ]
+
+
+def executed_jobs(workdir: Path) -> Counter:
+    """rule -> jobs that finished, over every Snakemake log of `workdir` (a resumed run counts once)."""
+    finished: Counter = Counter()
+    for log in sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log")):
+        finished.update(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", log.read_text(encoding="utf-8")))
+    return finished
+
+
+def error_records(workdir: Path) -> list[str]:
+    """`file:line` of every output record (results/**/*.jsonl, the cache aside) that holds an error."""
+    found = []
+    for path in sorted((workdir / "results").rglob("*.jsonl")):
+        if "cache" in path.relative_to(workdir / "results").parts:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            record = json.loads(line) if line.strip() else {}
+            if isinstance(record, dict) and (record.get("status") == "error" or record.get("error")):
+                found.append(f"{path.relative_to(workdir)}:{number}")
+    return found
+
+
+def scorecard_coverage(path: Path) -> tuple[int, int, list[dict[str, str]]]:
+    """(printed values with a run value, printed values, the rows without one) of a scorecard CSV."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    blank = [r for r in rows if r.get("run") in (None, "")]
+    return len(rows) - len(blank), len(rows), blank
 
 
 def main(argv: list[str]) -> int:
