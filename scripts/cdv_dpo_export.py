@@ -21,9 +21,8 @@ def main(smk):
         perturbed_by_dataset.setdefault(cell["dataset"], []).extend(perturbed)
         # A success's wrong answer: the audit's greedy one when it was wrong, else a sampled one.
         greedy = {r["node_id"]: wrong_answer(r) for r in read_jsonl(search_path) if r["status"] == "success"}
-        pairs += preference_pairs(
-            cell["dataset"], perturbed, evals_by_cell.get(tuple(cell.values()), []), greedy
-        )
+        evals = evals_by_cell.get(tuple(cell.values()), [])
+        pairs += preference_pairs(cell["dataset"], perturbed, evals, greedy, smk.params.answer_line)
     parts = split_pair_groups(
         pairs, smk.params.validation_fraction, smk.params.test_fraction, smk.params.seed
     )

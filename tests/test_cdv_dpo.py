@@ -4,6 +4,8 @@ word-level tokenizer built here (no download), for a few steps."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from stressprobe.cdv.dpo import (
@@ -61,6 +63,35 @@ def test_before_after_difference_and_retain():
     assert before_after([], [])["accuracy_before"] is None
 
 
+def _names(text, question):
+    """Whether an answer's last 'Answer: X' line names the right option (written here, not the parser)."""
+    found = re.findall(r"Answer:\s*([A-Z])\b", text)
+    return bool(found) and ord(found[-1]) - ord("A") == question["answer_index"]
+
+
+def test_retain_on_the_originals_is_the_share_still_wrong_after_of_those_wrong_before():
+    from stressprobe.cdv.dpo import _evaluation
+
+    heldout = [{"node_id": f"n{i}", "n_choices": 4, "answer_index": 1} for i in range(5)]
+    right, wrong, cut = (
+        {"text": "Answer: B", "truncated": False},
+        {"text": "Answer: C", "truncated": False},
+        {"text": "So", "truncated": True},
+    )
+    before = [right, wrong, wrong, cut, right]
+    after = [right, right, wrong, wrong, wrong]
+    # Originals of n0..n3 only: before right, wrong, wrong, wrong; after wrong, right, wrong, right.
+    originals_before = {"n0": right, "n1": wrong, "n2": wrong, "n3": cut}
+    originals_after = {"n0": wrong, "n1": right, "n2": wrong, "n3": right}
+    evaluation = _evaluation(heldout, before, after, originals_before, originals_after)
+    # By hand: perturbed 2/5 right before, 2/5 after; of the 3 wrong before (n1, n2, n3) n2 and n3 stay
+    # wrong (2/3); on the originals, of the 3 wrong before (n1, n2, n3) only n2 stays wrong: 1/3.
+    assert (evaluation["accuracy_before"], evaluation["accuracy_after"]) == (2 / 5, 2 / 5)
+    assert evaluation["n_originals"] == 4 and evaluation["retain_original"] == 1 / 3
+    assert evaluation["retain"] == 2 / 3
+    assert (evaluation["truncated_before"], evaluation["truncated_after"]) == (1, 0)
+
+
 @pytest.mark.slow
 def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after(tmp_path):
     pytest.importorskip("trl", reason="the `dpo` extra (trl, datasets) is not installed")
@@ -103,7 +134,10 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
     )
     evaluation = result["evaluation"]
     assert evaluation["n"] == len(heldout)
-    assert 0 <= evaluation["accuracy_before"] <= 1 and 0 <= evaluation["accuracy_after"] <= 1
+    # Recomputed from the answers: the share whose last "Answer: X" line names the right letter.
+    for when in ("before", "after"):
+        right = [_names(a[when], q) for a, q in zip(result["answers"], heldout, strict=True)]
+        assert evaluation[f"accuracy_{when}"] == sum(right) / len(heldout)
     assert evaluation["difference"] == pytest.approx(
         evaluation["accuracy_after"] - evaluation["accuracy_before"]
     )
@@ -115,3 +149,86 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
     trained = result["trainer"].model.state_dict()
     assert any(not torch.equal(weights_before[k], trained[k]) for k in weights_before)
     assert len(result["answers"]) == len(heldout)
+
+
+@pytest.mark.slow
+def test_lora_dpo_trains_only_the_adapter_of_a_toy_model(tmp_path):
+    # cdv.dpo.lora_rank set (config/paper.yaml: 8): peft's LoRA adapter is trained, the base weights stay.
+    pytest.importorskip("peft", reason="the `dpo` extra (peft, trl) is not installed")
+    pytest.importorskip("trl", reason="the `dpo` extra (peft, trl) is not installed")
+    import torch
+
+    from stressprobe.cdv.dpo import train_and_evaluate
+
+    perturbed, pairs = _pairs(10)
+    parts = split_pair_groups(pairs, 0.1, 0.2, 0)
+    heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]})
+    texts = [m["content"] for p in pairs for key in ("prompt", "chosen", "rejected") for m in p[key]]
+    model, tokenizer = toy_model_and_tokenizer(texts)
+    base_before = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = {
+        "learning_rate": 1e-2,
+        "epochs": 1,
+        "beta": 0.1,
+        "loss_type": "sigmoid",
+        "batch_size": 2,
+        "max_length": 256,
+        "lora_rank": 4,
+        "eval_max_tokens": 4,
+        "eval_temperature": 0.0,
+    }
+    result = train_and_evaluate(
+        model,
+        tokenizer,
+        parts["train"],
+        parts["validation"],
+        heldout,
+        settings,
+        str(tmp_path / "out"),
+        0,
+        max_steps=3,
+        use_cpu=True,
+        logging_steps=1,
+    )
+    trained = result["trainer"].model
+    adapter = {k: v for k, v in trained.state_dict().items() if "lora_" in k}
+    assert adapter and all(".lora_A.default." in k or ".lora_B.default." in k for k in adapter)
+    # LoRA's B starts at zero; three steps at lr 1e-2 move it.
+    assert any(v.abs().sum() > 0 for k, v in adapter.items() if "lora_B" in k)
+    base_after = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v
+        for k, v in trained.state_dict().items()
+        if "lora_" not in k
+    }
+    assert set(base_after) == set(base_before)
+    assert all(torch.equal(base_before[k], base_after[k]) for k in base_before)
+    evaluation = result["evaluation"]
+    for when in ("before", "after"):
+        right = [_names(a[when], q) for a, q in zip(result["answers"], heldout, strict=True)]
+        assert evaluation[f"accuracy_{when}"] == sum(right) / len(heldout)
+    losses = [entry["loss"] for entry in result["log_history"] if "loss" in entry]
+    assert len(losses) == 3 and all(loss == loss for loss in losses)
+
+
+def test_responses_read_by_a_second_call_end_with_the_answer_line_the_scoring_reads():
+    item = make_item("q1")
+    right, wrong = "ABCD"[item["answer_index"]], "ABCD"[(item["answer_index"] + 1) % 4]
+    p = {**item, "node_id": "q1:1", "question": "Ctx. " + item["question"]}
+    evals = [
+        {"node_id": "q1:1", "qid": "q1", "condition": "perturbed", "correct": True, "answer": right,
+         "raw": f"So it is {item['choices'][item['answer_index']]!r}.  "},
+        {"node_id": "q1:1", "qid": "q1", "condition": "perturbed", "correct": False, "answer": wrong,
+         "raw": "It must be the other one."},
+    ]  # fmt: skip
+    (pair,) = preference_pairs("toy", [p], evals, {})
+    chosen, rejected = pair["chosen"][0]["content"], pair["rejected"][0]["content"]
+    assert chosen == f"So it is {item['choices'][item['answer_index']]!r}.\nAnswer: {right}"
+    assert rejected == f"It must be the other one.\nAnswer: {wrong}"
+    assert _names(chosen, item) and not _names(rejected, item)
+    # Verbatim with the switch off; a response with its own line, or an unread one, is never changed.
+    (verbatim,) = preference_pairs("toy", [p], evals, {}, answer_line=False)
+    assert verbatim["chosen"][0]["content"] == evals[0]["raw"]
+    own = [{**evals[0], "raw": f"Answer: {right}"}, {**evals[1], "answer": None}]
+    (kept,) = preference_pairs("toy", [p], own, {})
+    assert kept["chosen"][0]["content"] == f"Answer: {right}"
+    assert kept["rejected"][0]["content"] == evals[1]["raw"]

@@ -339,3 +339,21 @@ def test_the_workflow_fetches_the_pinned_prompt_file_and_lists_its_templates(tmp
     assert (workdir / "results/sources/authors_prompts/prompt.py").read_bytes() == stand_in.read_bytes()
     inventory = json.loads((workdir / "results/cdv/prompts/inventory.json").read_text())
     assert [row["name"] for row in inventory["templates"]] == sorted([*NAMES.values(), "perturb"], key=str)
+
+
+def test_the_authors_system_turn_goes_before_every_templated_request(stand_in):
+    system = "You are a helpful assistant."
+    prompts = prompt_set(str(stand_in), NAMES, True, KEY, system=system)
+    plain = prompt_set(str(stand_in), NAMES, True, KEY)
+    requests = [
+        lambda p: p.victim("Q?", ["a", "b"]),
+        lambda p: p.victim("Q?", ["a", "b"], mitigation=True, prefill="Answer:"),
+        lambda p: p.semantic("Q?", "Ctx. Q?", ["a", "b"], 0),
+        lambda p: p.extract("Q?", ["a", "b"], "It is a."),
+        lambda p: p.elaborated("Q?", ["a", "b"]),
+    ]
+    for make in requests:
+        with_system, without = make(prompts), make(plain)
+        assert with_system == (("system", system), *without)
+    with pytest.raises(StressprobeError, match=r"config key 'cdv.prompts.system': needs a template file"):
+        prompt_set(None, {}, False, KEY, system=system)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 
 import pandas as pd
@@ -157,7 +158,11 @@ def test_filter_cost_table_compares_selected_with_random_questions(tmp_path):
     assert table.loc[("toy", "with_filter"), "success_rate"] == 1.0
     assert table.loc[("toy", "without_filter"), "success_rate"] == 0.5
     assert table.loc[("all", "with_filter"), "questions"] == len(fragile)
-    assert table.loc[("toy", "with_filter"), "tokens_per_perturbed_question"] > 0
+    # Tokens per perturbed question recomputed from the selected questions' summary: all tokens / successes.
+    summary = json.loads(pathlib.Path(paths[0]).read_text(encoding="utf-8"))
+    assert table.loc[("toy", "with_filter"), "tokens_per_perturbed_question"] == pytest.approx(
+        summary["tokens_total"] / summary["successful_perturbations"]
+    )
 
 
 def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank(tmp_path):
@@ -237,9 +242,21 @@ def test_lora_classifier_trains_on_the_training_split_and_is_scored_like_the_oth
     scores = train_lora_classifier(
         model, tokenizer, rows, questions, settings, str(tmp_path), 0, max_steps=2, use_cpu=True
     )
-    assert set(scores) == {r["qid"] for r in rows} and all(0 <= p <= 1 for p in scores.values())
+    assert set(scores) == {r["qid"] for r in rows}
+    # Each score is the trained (adapted) model's softmax p of label 1, recomputed here for two questions.
+    import torch
+
+    for qid in sorted(scores)[:2]:
+        with torch.no_grad():
+            logits = model(**tokenizer(questions[qid]["question"], return_tensors="pt")).logits[0]
+        assert scores[qid] == pytest.approx(float(torch.softmax(logits.float(), dim=-1)[1]), rel=1e-5)
     metrics = lora_metrics(rows, scores, 0.5)
     assert set(metrics) == {"train", "validation", "test"} and metrics["test"]["n"] == 6
+    test = [r for r in rows if r["split"] == "test"]
+    kept = [scores[r["qid"]] >= 0.5 for r in test]
+    hits = sum(k and r["label"] for k, r in zip(kept, test, strict=True))
+    assert metrics["test"]["precision"] == (hits / sum(kept) if sum(kept) else None)
+    assert metrics["test"]["recall"] == hits / sum(r["label"] for r in test)
 
 
 def test_classifier_study_table_lists_lora_classifiers_beside_the_others(study, tmp_path):

@@ -239,7 +239,7 @@ def test_cdv_eval_bound_asks_successes_per_cell_and_originals_once():
            "answer_prefix": "Answer:"}  # fmt: skip
     models = {"local": SMOLLM, "prefilled": {**SMOLLM, "answer_prefill": True}}
     rows = cdv_eval_bounds("d", [question], "p/v", ["local", "prefilled"], cdv, models)
-    successes = min(3, 5 * (2 - 1))
+    successes = min(3 - 1 + 1, 5 * (2 - 1))  # 2 found, then one more child: 3
     assert [r.calls for r in rows] == [2 * successes] * 2  # with and without the focus instruction
     assert rows[1].prompt_tokens > rows[0].prompt_tokens
     assert rows[1].completion_tokens == 64 * rows[1].calls  # a model's own token limit bounds its answers
@@ -262,6 +262,28 @@ def test_the_benchmark_and_the_dpo_comparison_rows_are_bounded():
         ("benchmark dpo_heldout", "big"),
     ]
     assert rows[0].calls == 2  # each question of the file once
-    # The held-out split is at most every possible success of every cell: 3 questions x 3 successes.
-    assert rows[1].calls == rows[2].calls == 3 * 3
+    # The held-out split is at most every possible success of every cell: 3 questions x 4 successes (2
+    # found before the last expansion, which stops at max_candidates 3 only after adding its 2 children).
+    assert rows[1].calls == rows[2].calls == 3 * 4
     assert rows[2].completion_tokens == 64 * rows[2].calls  # the model's own token limit
+
+
+def test_the_eval_bound_follows_what_is_evaluated():
+    question = {"question": "2 + 2?", "choices": ["3", "4", "5", "6"], "answer_index": 1}
+    search = {"limits": "authors_code", "max_expansions": 5, "max_candidates": 3, "length_ratio_max": 2.0}
+    cdv = {
+        "search": search,
+        "mitigation": {"enabled": False},
+        "eval": {"max_tokens": 16},
+        "answer_prefix": "Answer:",
+    }
+    models = {"local": SMOLLM}
+    # Authors' limits: 2 successes, then an expansion adding its 3 children: 5 (not max_candidates' 3).
+    [every] = cdv_eval_bounds("d", [question], "p/v", ["local"], cdv, models)
+    assert every.calls == 2 + 3
+    first = {**cdv, "search": {**search, "evaluated": "first_success"}}
+    [one] = cdv_eval_bounds("d", [question], "p/v", ["local"], first, models)
+    assert one.calls == 1
+    narrow = {**cdv, "search": {**search, "diversity_n1": 1}}
+    [n1] = cdv_eval_bounds("d", [question], "p/v", ["local"], narrow, models)
+    assert n1.calls == 2 + 1  # the diversity limit lets one success of an expansion into L

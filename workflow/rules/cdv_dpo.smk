@@ -28,6 +28,7 @@ rule cdv_dpo_export:
     params:
         test_fraction=config["cdv"]["dpo"]["test_fraction"],
         validation_fraction=config["cdv"]["dpo"]["validation_fraction"],
+        answer_line=config["cdv"]["dpo"]["answer_line"],
         seed=config["seed"],
     script:
         "../../scripts/cdv_dpo_export.py"

@@ -52,11 +52,19 @@ def extraction_bound(
 
 
 def successes(search: Mapping[str, Any], item: Mapping[str, Any]) -> int:
-    """The most successful perturbations of one question: `max_candidates` under the authors' limits, else
-    every child the search may create."""
-    children = expansion_bound(search, len(item["choices"])) * (len(item["choices"]) - 1)
-    authors_cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
-    return min(authors_cap or children, children)
+    """The most evaluated questions of one question's search: one with `evaluated: first_success`; under the
+    authors' limits `max_candidates` - 1 found before the last expansion plus what that expansion adds (at
+    most one per child, and the diversity limit n1; the limit is checked after each expansion); else every
+    child the search may create. At least one: an original the victim already fails may be evaluated
+    (`failed_originals: include`)."""
+    per_expansion = len(item["choices"]) - 1
+    children = expansion_bound(search, len(item["choices"])) * per_expansion
+    if search.get("evaluated") == "first_success":
+        return 1
+    cap = search.get("max_candidates") if search.get("limits") == "authors_code" else None
+    if cap is not None:
+        children = min(children, cap - 1 + min(per_expansion, search.get("diversity_n1", 3)))
+    return max(1, children)
 
 
 def eval_max_tokens(cdv: Mapping[str, Any], model: str) -> int:

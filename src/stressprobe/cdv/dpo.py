@@ -21,24 +21,37 @@ def _conversation(messages: tuple[tuple[str, str], ...]) -> list[dict[str, str]]
 
 
 def preference_pairs(
-    dataset: str, perturbed: list[dict[str, Any]], evals: list[dict[str, Any]], wrong_answers: dict[str, str]
+    dataset: str,
+    perturbed: list[dict[str, Any]],
+    evals: list[dict[str, Any]],
+    wrong_answers: dict[str, str],
+    answer_line: bool = True,
 ) -> list[dict[str, Any]]:
     """One pair per perturbed question that has a wrong response (the search's own, by node id, or an
-    evaluated model's); `group` = dataset/qid for the split."""
+    evaluated model's); `group` = dataset/qid for the split.
+
+    The prompt is the project's `victim_messages` (as the held-out questions are asked) and the trained model
+    is scored on its 'Answer: X' line; with `answer_line`, a response without one (an answer to the authors'
+    template, read by a second call) gets the line of the option it was read as, so every response ends as
+    the scoring reads it (an unread one stays as it is)."""
     pairs = []
     for p in perturbed:
         on_node = [e for e in evals if e["node_id"] == p["node_id"] and e["condition"] == "perturbed"]
         on_original = [
             e for e in evals if e["qid"] == p["qid"] and e["condition"] == "original" and e["correct"]
         ]
-        correct = [e["raw"] for e in on_node if e["correct"]] + [e["raw"] for e in on_original]
+        correct = [e for e in on_node if e["correct"]] + on_original
         chosen = (
-            correct[0]
+            _with_line(correct[0]["raw"], letter(p["answer_index"]), len(p["choices"]), answer_line)
             if correct
             else (f"The added background is irrelevant to the question. Answer: {letter(p['answer_index'])}")
         )
         wrong = [wrong_answers[p["node_id"]]] if wrong_answers.get(p["node_id"]) else []
-        wrong += [e["raw"] for e in on_node if not e["correct"] and e["raw"]]
+        wrong += [
+            _with_line(e["raw"], e.get("answer"), len(p["choices"]), answer_line)
+            for e in on_node
+            if not e["correct"] and e["raw"]
+        ]
         if not wrong:
             continue
         pairs.append(
@@ -50,6 +63,13 @@ def preference_pairs(
             }
         )
     return pairs
+
+
+def _with_line(text: str, read_as: str | None, n_choices: int, answer_line: bool) -> str:
+    """`text` ending with 'Answer: <read_as>' when it has no answer line of its own (and one is wanted)."""
+    if not answer_line or read_as is None or parse_answer(text, n_choices) is not None:
+        return text
+    return f"{text.rstrip()}\nAnswer: {read_as}"
 
 
 def split_pairs(

@@ -45,6 +45,7 @@ def job_prompts(spec: Mapping[str, Any]) -> Any:
         "cdv.prompts.templates",
         spec["distraction"],
         spec["distraction_position"],
+        spec.get("system"),
     )
 
 

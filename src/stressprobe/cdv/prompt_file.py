@@ -227,10 +227,13 @@ class FilePrompts(_Placement):
     templates: Mapping[str, str]
     extracts: bool = False
     position: str = "before"
+    system: str | None = None  # a system turn before every request (the authors' utils/tools.py:168)
 
     def _user(self, role: str, prefill: str | None = None, **values: str) -> Messages:
         fields = {k: v for k, v in values.items() if k in template_fields(self.templates[role])}
         messages: Messages = (("user", self.templates[role].format(**fields)),)
+        if self.system is not None:
+            messages = (("system", self.system), *messages)
         return messages + ((("assistant", prefill),) if prefill is not None else ())
 
     def victim(
@@ -322,9 +325,11 @@ def prompt_set(
     config_key: str,
     distraction: str = "background",
     position: str = "before",
+    system: str | None = None,
 ):
     """The prompts a job asks with: the project's own when `path` is None (the proxy writing `distraction`),
-    else the file's templates; either puts its distractions at `position`."""
+    else the file's templates (each request after the `system` turn, when given); either puts its
+    distractions at `position`."""
     prompts_key = config_key.rsplit(".", 1)[0]
     if position not in POSITIONS:
         raise StressprobeError(
@@ -332,12 +337,11 @@ def prompt_set(
             f"(got {position!r})"
         )
     if path is None:
-        if extracts:
-            raise StressprobeError(
-                f"config key '{prompts_key}.extract_answers': needs a template file (`file`)"
-            )
+        for key, value in (("extract_answers", extracts), ("system", system)):
+            if value:
+                raise StressprobeError(f"config key '{prompts_key}.{key}': needs a template file (`file`)")
         return OwnPrompts(distraction, position)
     templates = read_templates(path, names, config_key)
     if extracts and "extract" not in templates:
         raise StressprobeError(f"config key '{config_key}.extract': name the template that reads an answer")
-    return FilePrompts(templates, extracts, position)
+    return FilePrompts(templates, extracts, position, system)

@@ -19,8 +19,8 @@ success also gets one victim request at the evaluation temperature whose answer 
 
 Value V = exp(alpha / r) * depth^(-gamma) for r > 0 (None for r = 0 and for discarded children), depth
 counted from the root's 0 (`root_depth: 1`: from 1, as the authors' run.py counts, so a child of the root
-has depth 2 in V); the `value` setting selects the section 4.4 ablations: `gamma0` (V = exp(alpha / r)) and `no_r`
-(V = depth^(-gamma): the victim's rate no longer steers the order). The queue holds kept children; the
+has depth 2 in V); the `value` setting selects the section 4.4 ablations: `gamma0` (V = exp(alpha / r))
+and `no_r` (V = depth^(-gamma): the victim's rate no longer steers the order). The queue holds kept children; the
 highest value is expanded next (ties: the earlier child first).
 
 Re-prompting (section 3.2): a child whose proxy reply is empty or off-format, too long (lambda) or fails
