@@ -8,7 +8,7 @@ from stressprobe.snakemake_io import run_script
 
 def main(smk):
     embedding = smk.params.embedding
-    embedder = load_embedder(embedding["model"], embedding["batch_size"])
+    embedder = load_embedder(embedding["model"], embedding["batch_size"], sha256=embedding.get("sha256"))
     train, test = read_release_labels(smk.input.train), read_release_labels(smk.input.test)
     write_json(smk.output[0], release_study(train, test, embedder.embed, smk.params.threshold))
 
