@@ -20,7 +20,11 @@ def main(smk):
     )
     origin = source["path"] or f"{source['hf_dataset']} ({key})"
     embedder = load_embedder(
-        embedding["model"], embedding["batch_size"], threads=smk.threads, device=embedding["pool_device"]
+        embedding["model"],
+        embedding["batch_size"],
+        threads=smk.threads,
+        device=embedding["pool_device"],
+        sha256=embedding.get("sha256"),
     )
     chunks = embed_in_chunks(
         iter_pool(load_pool_records(source, key), source["kind"], origin),

@@ -23,7 +23,13 @@ def main(smk):
 
     def embed(texts):
         embedding = smk.params.embedding
-        return load_embedder(embedding["model"], embedding["batch_size"]).embed(texts) if texts else []
+        return (
+            load_embedder(embedding["model"], embedding["batch_size"], sha256=embedding.get("sha256")).embed(
+                texts
+            )
+            if texts
+            else []
+        )
 
     def ask(model, asked):
         with role_clients(smk.params.models, {"classifier": model}, cache_path(smk)) as clients:

@@ -11,7 +11,7 @@ from stressprobe.snakemake_io import cache_path, run_script
 
 def main(smk):
     embedding = smk.params.embedding
-    embedder = load_embedder(embedding["model"], embedding["batch_size"])
+    embedder = load_embedder(embedding["model"], embedding["batch_size"], sha256=embedding.get("sha256"))
     train, test = read_release_labels(smk.input.train), read_release_labels(smk.input.test)
     prompt_scores = {}
     for model in smk.params.prompt_models:

@@ -13,7 +13,7 @@ from stressprobe.persona.data import (
     read_run_metadata,
     read_runs_dir,
 )
-from stressprobe.persona.pins import check_pinned
+from stressprobe.persona.pins import check_pinned, check_systems
 from stressprobe.persona.selection import prepare_dataset
 from stressprobe.snakemake_io import run_script
 
@@ -40,6 +40,8 @@ def main(smk):
     )
     for difference in accepted:
         log.warning("accepted on purpose (%s.accept): %s", key, difference)
+    # Table 7's systems must name runs of the dataset (run files named as the entries expect), before any call.
+    check_systems(smk.wildcards.dataset, smk.params.representative, runs)
     atomic_write(smk.output.topics, format_topics(prepared.topics))
     atomic_write(smk.output.qrels, format_qrels(prepared.qrels))
     write_jsonl(smk.output.pairs, prepared.pairs)

@@ -14,7 +14,9 @@ def main(smk):
     @cache
     def embedder():
         settings = smk.params.embedding
-        return load_embedder(settings["model"], settings["batch_size"], threads=smk.threads)
+        return load_embedder(
+            settings["model"], settings["batch_size"], threads=smk.threads, sha256=settings.get("sha256")
+        )
 
     def embed(texts):
         return embedder().embed(texts)

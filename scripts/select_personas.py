@@ -20,7 +20,10 @@ def main(smk):
     taxonomy = read_taxonomy(taxonomy_path) if taxonomy_path else None
     texts = domain_texts(query_domains.values(), taxonomy)
     embedder = load_embedder(
-        smk.params.embedding["model"], smk.params.embedding["batch_size"], threads=smk.threads
+        smk.params.embedding["model"],
+        smk.params.embedding["batch_size"],
+        threads=smk.threads,
+        sha256=smk.params.embedding.get("sha256"),
     )
     qids = list(topics)
     ranked = retrieve(

@@ -143,7 +143,7 @@ def test_bad_topics_name_file_and_line(tmp_path):
 def test_empty_or_missing_runs_directory_is_an_error(tmp_path):
     (tmp_path / "empty").mkdir()
     write(tmp_path / "empty" / "README", "no runs here")
-    with pytest.raises(StressprobeError, match=r"empty: no '\*\.run' files"):
+    with pytest.raises(StressprobeError, match=r"empty: no '\*\.run' or 'input.<tag>.gz' files"):
         read_runs_dir(tmp_path / "empty")
     with pytest.raises(StressprobeError, match="runs directory not found"):
         read_runs_dir(tmp_path / "nope")

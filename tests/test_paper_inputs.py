@@ -5,6 +5,7 @@ before any model call (or accepted on purpose)."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 
@@ -13,7 +14,8 @@ import yaml
 
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
-from stressprobe.persona.pins import check_pinned
+from stressprobe.persona.data import read_runs_dir
+from stressprobe.persona.pins import check_pinned, check_systems
 from tests.support.api_workdir import DATASET, error_lines, run_workflow, write_api_config, write_judging_data
 from tests.support.file_server import FileServer
 from tests.support.helpers import ROOT, make_workdir, shared_data
@@ -189,3 +191,50 @@ def test_the_real_dl20_files_meet_the_paper_pins_but_their_39_runs(tmp_path):
     log = (workdir / "results" / "logs" / "data" / "dl20" / "prepare.log").read_text()
     assert "accepted on purpose (judging.datasets.dl20.accept): expected 59 runs, found 39" in log
     assert len((workdir / "results" / "data" / "dl20" / "topics.tsv").read_text().splitlines()) == 54
+
+
+def test_table7_systems_that_name_no_run_are_refused_at_prepare_time_before_any_call(tmp_path):
+    workdir = make_workdir(tmp_path / "work")
+    qids = [str(q) for q in PAPER["judging"]["datasets"]["dl20"]["expect"]["qids"]]
+    write_dl20_like(workdir, qids, runs=59)
+    with OpenAIServer() as server:
+        config = write_api_config(
+            workdir,
+            server.base_url,
+            {
+                "judging.datasets": {"dl20": pinned_dl20()},
+                "judging.summarizer": "api",
+                "cdv.enabled": False,
+                # The paper's Table 7 names for DL20; the runs here are r0 … r58.
+                "analysis.representative_systems": {"dl20": ["r1", "r5*", "fr_pass_roberta"]},
+            },
+        )
+        run = run_workflow(workdir, config, "results/judging/dl20/summaries.jsonl", check=False)
+        calls = server.total_requests
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    errors = error_lines(run.stderr)
+    assert errors == [
+        "error: analysis.representative_systems.dl20: 'fr_pass_roberta' matches no run of the dataset (59 "
+        "runs); fix the name or end a family prefix with '*', or add the run files"
+    ], run.stderr[-3000:]
+    assert calls == 0
+    assert not (workdir / "results" / "data" / "dl20" / "pairs.jsonl").exists()
+
+
+def test_trec_archives_named_input_tag_gz_are_read_as_runs(tmp_path):
+    lines = "q1 Q0 d1 1 2.5 tagA\nq1 Q0 d2 2 1.0 tagA\n"
+    with gzip.open(tmp_path / "input.fr_pass_roberta.gz", "wt") as handle:
+        handle.write(lines)
+    (tmp_path / "pash_r1.run").write_text(lines)
+    (tmp_path / "SOURCES.tsv").write_text("not a run\n")
+    runs = read_runs_dir(tmp_path)
+    assert runs == {
+        "fr_pass_roberta": {"q1": {"d1": 2.5, "d2": 1.0}},
+        "pash_r1": {"q1": {"d1": 2.5, "d2": 1.0}},
+    }
+    check_systems("dl20", ["fr_pass_roberta", "pash_*"], runs)
+    with pytest.raises(StressprobeError, match=r"'bigIR-DCT-T5-F' matches no run of the dataset \(2 runs\)"):
+        check_systems("dl20", ["bigIR-DCT-T5-F"], runs)
+    (tmp_path / "fr_pass_roberta.run").write_text(lines)
+    with pytest.raises(StressprobeError, match="names the same run 'fr_pass_roberta'"):
+        read_runs_dir(tmp_path)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from stressprobe.errors import StressprobeError
-from stressprobe.persona import analysis, figures, judgment_tables, paper_tables, system_tables
+from stressprobe.persona import analysis, figures, judgment_tables, paper_tables, pins, system_tables
 from tests.test_analysis import DELTA, NO_FAILED_CALLS, kappa_rows, systems_frame
 from tests.test_metrics import tau_b_by_definition
 
@@ -160,7 +160,7 @@ def test_table7_selection_for_an_unknown_dataset_is_a_one_line_error(tmp_path):
 
 def test_expand_systems_prefix_families_and_exact_names():
     runs = ["ielab-1", "ielab-2", "iiia_standard_a", "ielab"]
-    assert paper_tables.expand_systems(["ielab-*", "ielab", "nope"], runs) == {
+    assert pins.expand_systems(["ielab-*", "ielab", "nope"], runs) == {
         "ielab-*": ["ielab-1", "ielab-2"],
         "ielab": ["ielab"],
         "nope": [],

@@ -199,14 +199,44 @@ def cuda_available() -> bool:
 DEVICES = ("cpu", "auto", "cuda")
 
 
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_weights(folder: Path, spec: str, sha256: str | None) -> None:
+    """The model's weights file must have the pinned sha256 (`embedding.sha256`; null = unpinned)."""
+    if sha256 is None:
+        return
+    weights = next((folder / name for name in WEIGHT_FILES if (folder / name).is_file()), None)
+    if weights is None:
+        raise StressprobeError(
+            f"embedding model '{spec}': no {' or '.join(WEIGHT_FILES)} to check 'embedding.sha256' against"
+        )
+    actual = file_sha256(weights)
+    if actual != sha256:
+        raise StressprobeError(
+            f"embedding model '{spec}': {weights.name} has sha256 {actual}, not the pinned {sha256} "
+            "(config key 'embedding.sha256'); install the pinned weights or change the pin"
+        )
+
+
 def load_embedder(
     spec: str,
     batch_size: int = 64,
     cache_dir: Path | None = None,
     threads: int | None = None,
     device: str = "cpu",
+    sha256: str | None = None,
 ) -> Embedder:
-    """Load a sentence-transformers model offline (`threads` caps the math libraries' threads).
+    """Load a sentence-transformers model offline (`threads` caps the math libraries' threads), its weights
+    checked against `sha256` when given.
 
     `device`: `cpu`; `cuda` (sentence-transformers on the GPU); `auto` = `cuda` where torch sees a GPU,
     else `cpu` (a million-row pool job uses the GPU its job was given).
@@ -218,6 +248,7 @@ def load_embedder(
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     folder = resolve_model_dir(spec, cache_dir)
+    check_weights(folder, spec, sha256)
     if threads:
         from threadpoolctl import threadpool_limits
 

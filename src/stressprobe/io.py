@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import importlib.util
 import json
 import os
@@ -64,7 +65,8 @@ def read_text_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
         raise StressprobeError(f"{path}: file not found; check the path in the config")
     if path.is_dir():
         raise StressprobeError(f"{path}: is a directory, expected a file; check the path in the config")
-    with open(path, "rb") as handle:
+    # A gzip file (TREC's run archives are `input.<tag>.gz`) is read decompressed.
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as handle:
         # Decoded line by line (not by the buffered text layer) so that the error names the right line.
         for lineno, raw in enumerate(handle, start=1):
             try:

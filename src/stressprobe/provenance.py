@@ -86,6 +86,20 @@ def seeds(config: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def pins(config: dict[str, Any]) -> dict[str, Any]:
+    """The pinned inputs the jobs check: the embedding weights' sha256 and each persona pool's dataset
+    revision (or local file and sha256); null where a pin is missing."""
+    embedding = config.get("embedding", {})
+    sources = config.get("personas", {}).get("sources", {})
+    fields = ("hf_dataset", "hf_config", "revision", "path", "sha256")
+    return {
+        "embedding": {"model": embedding.get("model"), "sha256": embedding.get("sha256")},
+        "persona_sources": {
+            name: {field: source.get(field) for field in fields} for name, source in sorted(sources.items())
+        },
+    }
+
+
 def provenance_record(config: dict[str, Any], area: str, commit: str | None) -> dict[str, Any]:
     """The provenance of one results area; free of timestamps so that identical runs give identical files."""
     return {
@@ -94,5 +108,6 @@ def provenance_record(config: dict[str, Any], area: str, commit: str | None) -> 
         "git_commit": commit,
         "models": model_identities(config.get("models", {})),
         "packages": package_versions(),
+        "pins": pins(config),
         "seeds": seeds(config),
     }

@@ -25,6 +25,7 @@ PassageLookup = Callable[[set[str]], dict[str, str]]  # wanted docids -> {docid:
 
 GRADES = (0, 1, 2, 3)  # the relevance scale of qrels, judge labels and κ tables
 RUN_SUFFIX = ".run"
+TREC_PREFIX = "input."
 PASSAGE_ID_KEYS = ("docid", "doc_id", "id", "_id", "docno")
 PASSAGE_TEXT_KEYS = ("text", "contents", "segment", "body")
 
@@ -129,9 +130,19 @@ def read_run(path: str | Path) -> Run:
     return run
 
 
+def is_run_file(path: Path) -> bool:
+    """A `<name>.run` file, or a run as TREC's archives name it: `input.<tag>` or `input.<tag>.gz`."""
+    return path.name.endswith(RUN_SUFFIX) or (
+        path.name.startswith(TREC_PREFIX) and len(path.name) > len(TREC_PREFIX)
+    )
+
+
 def run_name(path: str | Path) -> str:
-    """A run's name: its file name without `.run` (tags inside files are often reused or truncated)."""
-    name = Path(path).name.removesuffix(RUN_SUFFIX)
+    """A run's name: its file name without `.run` (tags inside files are often reused or truncated); TREC's
+    `input.<tag>.gz` is `<tag>`."""
+    name = Path(path).name
+    name = name.removeprefix(TREC_PREFIX).removesuffix(".gz") if name.startswith(TREC_PREFIX) else name
+    name = name.removesuffix(RUN_SUFFIX)
     if not name or any(c.isspace() for c in name):
         raise StressprobeError(
             f"{path}: run file names must be non-empty and without spaces; rename the file"
@@ -140,7 +151,8 @@ def run_name(path: str | Path) -> str:
 
 
 def read_runs_dir(directory: str | Path) -> dict[str, Run]:
-    """Read every `*.run` file of a directory (other files, like a SOURCES.tsv, are ignored).
+    """Read every run file of a directory: `*.run`, or TREC's archived `input.<tag>.gz` as downloaded from
+    trec.nist.gov (other files, like a SOURCES.tsv, are ignored).
 
     A missing directory or one without run files is an error: the study ranks systems, so a dataset
     without runs is a configuration mistake rather than something to continue quietly without.
@@ -148,12 +160,21 @@ def read_runs_dir(directory: str | Path) -> dict[str, Run]:
     directory = Path(directory)
     if not directory.is_dir():
         raise StressprobeError(f"{directory}: runs directory not found; check the dataset's 'runs' key")
-    paths = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(RUN_SUFFIX))
+    paths = sorted(p for p in directory.iterdir() if p.is_file() and is_run_file(p))
     if not paths:
         raise StressprobeError(
-            f"{directory}: no '*{RUN_SUFFIX}' files in the runs directory; add TREC run files or fix 'runs'"
+            f"{directory}: no '*{RUN_SUFFIX}' or 'input.<tag>.gz' files in the runs directory; add TREC run "
+            "files or fix 'runs'"
         )
-    return {run_name(p): read_run(p) for p in paths}
+    names: dict[str, Path] = {}
+    for path in paths:
+        name = run_name(path)
+        if name in names:
+            raise StressprobeError(
+                f"{path}: names the same run '{name}' as {names[name].name}; keep one of the two files"
+            )
+        names[name] = path
+    return {name: read_run(path) for name, path in names.items()}
 
 
 def passage_from_json(record: Mapping[str, Any], where: str, title: bool = True) -> tuple[str, str]:

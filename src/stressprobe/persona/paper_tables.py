@@ -14,7 +14,7 @@ import pandas as pd
 
 from stressprobe import tables
 from stressprobe.errors import StressprobeError
-from stressprobe.persona import analysis, system_tables
+from stressprobe.persona import analysis, pins, system_tables
 from stressprobe.persona.judging import CONDITIONS
 
 BASELINE = CONDITIONS[0]
@@ -48,17 +48,6 @@ def ranking_blocks_table(ranking: pd.DataFrame, conditions: Sequence[str]) -> pd
     return frame.astype({c: float for c in columns})
 
 
-def expand_systems(patterns: Sequence[str], runs: Sequence[str]) -> dict[str, list[str]]:
-    """Each configured entry → the runs it names: a run name, or `prefix*` for every run starting so."""
-    expanded = {}
-    for pattern in patterns:
-        if pattern.endswith("*"):
-            expanded[pattern] = sorted(r for r in runs if r.startswith(pattern[:-1]))
-        else:
-            expanded[pattern] = [pattern] if pattern in runs else []
-    return expanded
-
-
 def representative_systems_table(
     displacement: pd.DataFrame,
     run_types: Mapping[str, Mapping[str, str]],
@@ -80,7 +69,7 @@ def representative_systems_table(
         types = run_types.get(str(dataset), {})
         entries = list(selection.get(str(dataset), []))
         if entries:
-            expanded = expand_systems(entries, list(block.index))
+            expanded = pins.expand_systems(entries, list(block.index))
             missing = [e for e, runs in expanded.items() if not runs]
             if missing:
                 raise StressprobeError(

@@ -77,3 +77,26 @@ def check_pinned(
             f"use the paper's files, or accept the difference on purpose with '{key}.accept: {refused}'"
         )
     return [found[pin] for pin in found]
+
+
+def expand_systems(patterns: Sequence[str], runs: Sequence[str]) -> dict[str, list[str]]:
+    """Each configured entry → the runs it names: a run name, or `prefix*` for every run starting so."""
+    expanded = {}
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            expanded[pattern] = sorted(r for r in runs if r.startswith(pattern[:-1]))
+        else:
+            expanded[pattern] = [pattern] if pattern in runs else []
+    return expanded
+
+
+def check_systems(dataset: str, entries: Sequence[str], runs: Collection[str]) -> None:
+    """Table 7's systems (`analysis.representative_systems.<dataset>`: run names or `prefix*` families) must
+    each match a run of the dataset: checked when the dataset is prepared, before any model call, and
+    again by Table 7's job."""
+    missing = [entry for entry, matched in expand_systems(entries, sorted(runs)).items() if not matched]
+    if missing:
+        raise StressprobeError(
+            f"analysis.representative_systems.{dataset}: '{missing[0]}' matches no run of the dataset "
+            f"({len(runs)} runs); fix the name or end a family prefix with '*', or add the run files"
+        )

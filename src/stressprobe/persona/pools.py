@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from stressprobe.embedding import file_sha256
 from stressprobe.errors import StressprobeError
 from stressprobe.io import iter_jsonl, read_tsv_lines
 from stressprobe.persona.pool_build import BLOCK_ROWS, rank_candidates
@@ -202,12 +203,29 @@ def load_hf_records(
     return (dict(row) for row in islice(rows, limit))
 
 
+def check_file_sha256(path: str | Path, sha256: str | None, key: str) -> None:
+    """A local pool file must have its pinned sha256 (`key`; null = unchecked)."""
+    if sha256 is None:
+        return
+    if not Path(path).is_file():
+        raise StressprobeError(f"{path}: persona pool file not found; fix the source's 'path'")
+    actual = file_sha256(Path(path))
+    if actual != sha256:
+        raise StressprobeError(
+            f"{path}: sha256 {actual}, not the pinned {sha256} (config key '{key}'); use the pinned file or "
+            "change the pin"
+        )
+
+
 def load_pool_records(source: Mapping[str, Any], key: str) -> Iterator[dict[str, Any]]:
     """The records of a configured pool, streamed: the local `path` when set, else the Hugging Face dataset."""
     if source["path"]:
+        check_file_sha256(source["path"], source.get("sha256"), f"{key}.sha256")
         return islice(read_persona_records(source["path"]), source["limit"])
     if not source.get("hf_dataset"):
         raise StressprobeError(f"config key '{key}': give a local 'path' or an 'hf_dataset'")
+    if not source.get("revision"):
+        log.warning("%s: no 'revision' pinned: the dataset's current head is read", key)
     return load_hf_records(
         source["hf_dataset"],
         source.get("hf_config"),

@@ -208,7 +208,7 @@ def run_values(
     systems (its `systems` field: run names or `prefix*` families, separated by spaces), for the text's
     `mean_delta_rank` the run's mean Δr of the same system and condition over its models.
     """
-    from stressprobe.persona import paper_tables
+    from stressprobe.persona import pins
 
     displacement = system_tables.displacement_frame(systems)
     parts = [_long(judgment_tables.kappa_agreement_table(kappa), "figure1")]
@@ -246,7 +246,7 @@ def run_values(
         if block.empty:
             continue
         sensitivity = system_tables.sensitivity_frame(block, ["dataset"]).set_index("run")
-        expanded = paper_tables.expand_systems(entries.split(), list(sensitivity.index))
+        expanded = pins.expand_systems(entries.split(), list(sensitivity.index))
         runs = sorted({r for matched in expanded.values() for r in matched})
         if not runs:
             continue
