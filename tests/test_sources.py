@@ -240,3 +240,33 @@ def test_the_released_dpo_test_set_is_fetched_as_a_pinned_source_and_benchmarked
     # The right option is the ground truth's position among the options: A, B, A.
     assert [r["correct_option"] for r in asked] == ["A", "B", "A"]
     assert [r["correct"] for r in asked] == [r["answer"] == r["correct_option"] for r in asked]
+
+
+def test_the_release_study_asks_the_prompt_classifiers_the_released_test_questions(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    files = {"train_data.json": _label_file("YN" * 6), "valid_data.json": _label_file("YYYNN")}
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+    workdir = make_workdir(tmp_path / "work")
+    with FileServer(root) as served, OpenAIServer() as server:
+        sources = {
+            f"labels_{key}": {
+                "url": served.url(name),
+                "sha256": hashlib.sha256(files[name].encode()).hexdigest(),
+            }
+            for key, name in (("train", "train_data.json"), ("valid", "valid_data.json"))
+        }
+        edits = {
+            "sources": sources,
+            "cdv.classifier.release": {"train": "source:labels_train", "test": "source:labels_valid"},
+            "cdv.classifier.prompt_models": ["api"],
+        }
+        config = write_api_config(workdir, server.base_url, edits)
+        run = run_workflow(workdir, config, "results/cdv/classifier/release.json")
+        asked = server.total_requests
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert asked == 5  # each of the 5 released test questions once (the training labels are not asked)
+    prompt = json.loads((workdir / "results/cdv/classifier/release.json").read_text())["study"]["prompt:api"]
+    # The stand-in server answers "no" to every yes/no question: nothing kept, so recall 0 of the 3 Yes.
+    assert prompt["test"] == {"n": 5, "positives": 3, "precision": None, "recall": 0.0, "f_beta": 0.0}
