@@ -202,6 +202,29 @@ def test_a_gated_hub_model_needs_hf_token(tmp_path: Path):
         )
 
 
+def test_trained_base_models_resolve(tmp_path: Path):
+    from stressprobe.preflight import trained_base_models
+
+    folder = tmp_path / "base"
+    folder.mkdir()
+    config = {
+        "cdv": {
+            "classifier": {"lora": {"enabled": True, "base_models": [str(folder), "org/absent"]}},
+            "dpo": {"train": False, "base_models": ["org/not-trained"]},
+        }
+    }
+    trained = trained_base_models(config)
+    assert trained == [
+        ("cdv.classifier.lora.base_models[0]", str(folder)),
+        ("cdv.classifier.lora.base_models[1]", "org/absent"),
+    ]
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    assert problems(run_preflight([], {}, 1, today=TODAY, env=env, trained=trained)) == [
+        "config cdv.classifier.lora.base_models[1]: org/absent is not in the Hugging Face cache and "
+        "HF_HUB_OFFLINE is set; download it first"
+    ]
+
+
 def test_models_in_use_follows_the_enabled_stages():
     config = {
         "judging": {"enabled": True, "models": ["a"], "summarizer": "s"},
