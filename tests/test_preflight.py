@@ -68,6 +68,15 @@ def test_missing_key_of_a_provider_is_refused_without_a_request():
     ]
 
 
+def test_a_llamacpp_server_answers_any_id():
+    listing = {"/models/x.gguf": {"id": "/models/x.gguf", "object": "model", "owned_by": "llamacpp"}}
+    models = {"m": {"backend": "openai", "model": "anything", "base_url": "http://127.0.0.1:1/v1"}}
+    findings = run_preflight(models, models, 1, today=TODAY, env={}, fetch=lambda url, headers: listing)
+    assert problems(findings) == []
+    other = {"y": {"id": "y", "owned_by": "vllm"}}
+    assert len(problems(run_preflight(models, models, 1, today=TODAY, env={}, fetch=lambda u, h: other))) == 1
+
+
 def test_anthropic_listing_uses_its_own_headers():
     url, headers = listing_request("https://api.anthropic.com/v1/", "k")
     assert url == "https://api.anthropic.com/v1/models?limit=1000"

@@ -95,6 +95,12 @@ def fetch_listing(url: str, headers: dict[str, str]) -> Listing:
     return {str(m.get("id")): m for m in data if isinstance(m, dict)}
 
 
+def answers_any_id(listing: Listing) -> bool:
+    """A llama.cpp server (its listing's models are `owned_by: llamacpp`) answers with its one loaded model
+    whatever id a request names, so no id can be missing there."""
+    return bool(listing) and all(m.get("owned_by") == "llamacpp" for m in listing.values())
+
+
 def shutdown_day(model: Mapping[str, Any]) -> date | None:
     """A listed model's `shutdown_date` (an ISO date or a Unix time), None when absent or unreadable."""
     value = model.get("shutdown_date")
@@ -168,7 +174,7 @@ def check_api_models(
                 problems.append(
                     f"config models.{name}.base_url: {listing}; the model listing is needed first"
                 )
-            elif model not in listing:
+            elif model not in listing and not answers_any_id(listing):
                 problems.append(
                     f"config {id_key(name, entry)}: {model} is not served by {base_url} (not in its model "
                     f"listing: retired or misspelt); set models.{name}.substitute to a current model id"
