@@ -180,7 +180,7 @@ def check_api_models(
                     f"listing: retired or misspelt); set models.{name}.substitute to a current model id"
                 )
             else:
-                day = shutdown_day(listing[model])
+                day = shutdown_day(listing.get(model) or {})
                 if day is not None and day <= run_end:
                     findings.append(
                         Finding(
