@@ -77,6 +77,14 @@ def test_a_llamacpp_server_answers_any_id():
     assert len(problems(run_preflight(models, models, 1, today=TODAY, env={}, fetch=lambda u, h: other))) == 1
 
 
+def test_the_llama_cpp_python_server_answers_any_id():
+    from tests.support.llama_server import LlamaServer
+
+    with LlamaServer() as server:
+        models = {"m": {"backend": "openai", "model": "any-name", "base_url": server.base_url}}
+        assert problems(run_preflight(models, models, 1, today=TODAY, env={})) == []
+
+
 def test_anthropic_listing_uses_its_own_headers():
     url, headers = listing_request("https://api.anthropic.com/v1/", "k")
     assert url == "https://api.anthropic.com/v1/models?limit=1000"

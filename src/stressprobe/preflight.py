@@ -95,10 +95,13 @@ def fetch_listing(url: str, headers: dict[str, str]) -> Listing:
     return {str(m.get("id")): m for m in data if isinstance(m, dict)}
 
 
+# Owners in the listings of llama.cpp's server (`llamacpp`) and llama-cpp-python's (`me`): both answer
+# with their loaded model whatever id a request names, so no id can be missing there.
+ANY_ID_OWNERS = {"llamacpp", "me"}
+
+
 def answers_any_id(listing: Listing) -> bool:
-    """A llama.cpp server (its listing's models are `owned_by: llamacpp`) answers with its one loaded model
-    whatever id a request names, so no id can be missing there."""
-    return bool(listing) and all(m.get("owned_by") == "llamacpp" for m in listing.values())
+    return bool(listing) and all(m.get("owned_by") in ANY_ID_OWNERS for m in listing.values())
 
 
 def shutdown_day(model: Mapping[str, Any]) -> date | None:
