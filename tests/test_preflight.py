@@ -169,6 +169,15 @@ def test_substitute_is_checked_and_keyed():
     )
 
 
+def test_provenance_records_the_id_run():
+    from stressprobe.provenance import model_identities
+
+    models = {"m": {"backend": "openai", "model": "paper-id", "substitute": "run-id", "base_url": "http://x"}}
+    assert model_identities(models) == {
+        "m": {"backend": "openai", "model": "paper-id", "substitute": "run-id"}
+    }
+
+
 def test_vllm_models_resolve_and_hold_the_prompts(tmp_path: Path):
     folder = tmp_path / "model"
     folder.mkdir()
