@@ -74,7 +74,13 @@ def main(smk):
     longest = {}
     for row in rows:
         longest[row.model] = max(longest.get(row.model, 0), row.longest_request)
-    findings = run_preflight(smk.params.preflight_models, smk.params.models, smk.params.run_days, longest)
+    findings = run_preflight(
+        smk.params.preflight_models,
+        smk.params.models,
+        smk.params.run_days,
+        longest,
+        trained=smk.params.trained,
+    )
     markdown = write_estimate(
         rows,
         smk.output.csv,

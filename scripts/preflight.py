@@ -6,7 +6,9 @@ from stressprobe.snakemake_io import log, run_script
 
 
 def main(smk):
-    findings = run_preflight(smk.params.names, smk.params.models, smk.params.run_days)
+    findings = run_preflight(
+        smk.params.names, smk.params.models, smk.params.run_days, trained=smk.params.trained
+    )
     for finding in findings:
         log.info("%s %s: %s", finding.level, finding.model, finding.message)
     report_and_stop(findings)

@@ -68,6 +68,23 @@ def test_missing_key_of_a_provider_is_refused_without_a_request():
     ]
 
 
+def test_a_llamacpp_server_answers_any_id():
+    listing = {"/models/x.gguf": {"id": "/models/x.gguf", "object": "model", "owned_by": "llamacpp"}}
+    models = {"m": {"backend": "openai", "model": "anything", "base_url": "http://127.0.0.1:1/v1"}}
+    findings = run_preflight(models, models, 1, today=TODAY, env={}, fetch=lambda url, headers: listing)
+    assert problems(findings) == []
+    other = {"y": {"id": "y", "owned_by": "vllm"}}
+    assert len(problems(run_preflight(models, models, 1, today=TODAY, env={}, fetch=lambda u, h: other))) == 1
+
+
+def test_the_llama_cpp_python_server_answers_any_id():
+    from tests.support.llama_server import LlamaServer
+
+    with LlamaServer() as server:
+        models = {"m": {"backend": "openai", "model": "any-name", "base_url": server.base_url}}
+        assert problems(run_preflight(models, models, 1, today=TODAY, env={})) == []
+
+
 def test_anthropic_listing_uses_its_own_headers():
     url, headers = listing_request("https://api.anthropic.com/v1/", "k")
     assert url == "https://api.anthropic.com/v1/models?limit=1000"
@@ -152,6 +169,15 @@ def test_substitute_is_checked_and_keyed():
     )
 
 
+def test_provenance_records_the_id_run():
+    from stressprobe.provenance import model_identities
+
+    models = {"m": {"backend": "openai", "model": "paper-id", "substitute": "run-id", "base_url": "http://x"}}
+    assert model_identities(models) == {
+        "m": {"backend": "openai", "model": "paper-id", "substitute": "run-id"}
+    }
+
+
 def test_vllm_models_resolve_and_hold_the_prompts(tmp_path: Path):
     folder = tmp_path / "model"
     folder.mkdir()
@@ -200,6 +226,29 @@ def test_a_gated_hub_model_needs_hf_token(tmp_path: Path):
         assert (
             problems(run_preflight(["gated"], models, 1, today=TODAY, env={**env, "HF_TOKEN": "hf_x"})) == []
         )
+
+
+def test_trained_base_models_resolve(tmp_path: Path):
+    from stressprobe.preflight import trained_base_models
+
+    folder = tmp_path / "base"
+    folder.mkdir()
+    config = {
+        "cdv": {
+            "classifier": {"lora": {"enabled": True, "base_models": [str(folder), "org/absent"]}},
+            "dpo": {"train": False, "base_models": ["org/not-trained"]},
+        }
+    }
+    trained = trained_base_models(config)
+    assert trained == [
+        ("cdv.classifier.lora.base_models[0]", str(folder)),
+        ("cdv.classifier.lora.base_models[1]", "org/absent"),
+    ]
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    assert problems(run_preflight([], {}, 1, today=TODAY, env=env, trained=trained)) == [
+        "config cdv.classifier.lora.base_models[1]: org/absent is not in the Hugging Face cache and "
+        "HF_HUB_OFFLINE is set; download it first"
+    ]
 
 
 def test_models_in_use_follows_the_enabled_stages():

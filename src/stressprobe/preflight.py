@@ -95,6 +95,15 @@ def fetch_listing(url: str, headers: dict[str, str]) -> Listing:
     return {str(m.get("id")): m for m in data if isinstance(m, dict)}
 
 
+# Owners in the listings of llama.cpp's server (`llamacpp`) and llama-cpp-python's (`me`): both answer
+# with their loaded model whatever id a request names, so no id can be missing there.
+ANY_ID_OWNERS = {"llamacpp", "me"}
+
+
+def answers_any_id(listing: Listing) -> bool:
+    return bool(listing) and all(m.get("owned_by") in ANY_ID_OWNERS for m in listing.values())
+
+
 def shutdown_day(model: Mapping[str, Any]) -> date | None:
     """A listed model's `shutdown_date` (an ISO date or a Unix time), None when absent or unreadable."""
     value = model.get("shutdown_date")
@@ -168,13 +177,13 @@ def check_api_models(
                 problems.append(
                     f"config models.{name}.base_url: {listing}; the model listing is needed first"
                 )
-            elif model not in listing:
+            elif model not in listing and not answers_any_id(listing):
                 problems.append(
                     f"config {id_key(name, entry)}: {model} is not served by {base_url} (not in its model "
                     f"listing: retired or misspelt); set models.{name}.substitute to a current model id"
                 )
             else:
-                day = shutdown_day(listing[model])
+                day = shutdown_day(listing.get(model) or {})
                 if day is not None and day <= run_end:
                     findings.append(
                         Finding(
@@ -199,9 +208,47 @@ def hub_cached(repo_id: str, env: Mapping[str, str]) -> bool:
     return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir), str)
 
 
-def hub_problem(name: str, repo_id: str, env: Mapping[str, str]) -> str | None:
-    """Why a hub id not in the cache cannot be downloaded (None: it can)."""
-    key = f"config models.{name}.model"
+def trained_base_models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(config key, Hugging Face id or folder) of the open models the GPU training rules load: the LoRA
+    classifiers' and DPO's base models, when the CDV stage runs them."""
+    cdv = config.get("cdv") or {}
+    if cdv.get("enabled", True) is False:
+        return []
+    lora = (cdv.get("classifier") or {}).get("lora") or {}
+    dpo = cdv.get("dpo") or {}
+    found = []
+    for key, section, on in (
+        ("cdv.classifier.lora.base_models", lora, lora.get("enabled")),
+        ("cdv.dpo.base_models", dpo, dpo.get("train")),
+    ):
+        if on:
+            found += [(f"{key}[{i}]", str(m)) for i, m in enumerate(section.get("base_models") or [])]
+    return found
+
+
+def resolve_problem(key: str, model: str, env: Mapping[str, str]) -> str | None:
+    """Why a folder or hub id cannot be loaded (None: it can): a missing folder, or a hub id neither in the
+    cache nor downloadable."""
+    if model.startswith(("/", "./", "../")) or Path(model).exists():
+        if Path(model).is_dir():
+            return None
+        return f"{key}: {model} is not a folder; give a model folder in Hugging Face format or a hub id"
+    return None if hub_cached(model, env) else hub_problem(key, model, env)
+
+
+def check_trained_models(trained: Iterable[Sequence[str]], env: Mapping[str, str]) -> list[Finding]:
+    """The base models of the training rules resolve (one finding per model, named by its config key)."""
+    findings = []
+    for key, model in trained:
+        problem = resolve_problem(f"config {key}", model, env)
+        findings.append(
+            Finding(key, "error", problem) if problem else Finding(key, "ok", f"{model}: resolves")
+        )
+    return findings
+
+
+def hub_problem(key: str, repo_id: str, env: Mapping[str, str]) -> str | None:
+    """Why a hub id not in the cache cannot be downloaded (None: it can); `key` names where it is set."""
     if env.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
         return (
             f"{key}: {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set; download it first"
@@ -231,16 +278,8 @@ def check_vllm_model(
 ) -> list[Finding]:
     """The model resolves, and the longest request (prompt + maximum completion tokens) fits `max_model_len`."""
     model = str(run_entry(entry)["model"])
-    problems = []
-    if model.startswith(("/", "./", "../")) or Path(model).exists():
-        if not Path(model).is_dir():
-            problems.append(
-                f"config {id_key(name, entry)}: {model} is not a folder; give a model folder in Hugging Face "
-                "format or a hub id"
-            )
-    elif not hub_cached(model, env):
-        problem = hub_problem(name, model, env)
-        problems += [problem] if problem else []
+    problem = resolve_problem(f"config {id_key(name, entry)}", model, env)
+    problems = [problem] if problem else []
     limit = int(entry.get("max_model_len", 8192))
     if longest is not None and longest > limit:
         problems.append(
@@ -261,8 +300,10 @@ def run_preflight(
     today: date | None = None,
     env: Mapping[str, str] | None = None,
     fetch: Fetch = fetch_listing,
+    trained: Iterable[Sequence[str]] = (),
 ) -> list[Finding]:
-    """Every check for the models `names` (llama.cpp models need none: their files are checked on load)."""
+    """Every check for the models `names` (llama.cpp models need none: their files are checked on load) and
+    the `trained` base models ((config key, id) pairs, `trained_base_models`)."""
     env = os.environ if env is None else env
     run_end = (today or datetime.now(UTC).date()) + timedelta(days=run_days)
     names = sorted(set(names))
@@ -271,7 +312,7 @@ def run_preflight(
     for name in names:
         if models[name].get("backend") == "vllm":
             findings += check_vllm_model(name, models[name], (longest or {}).get(name), env)
-    return findings
+    return findings + check_trained_models(trained, env)
 
 
 def problems(findings: Sequence[Finding]) -> list[str]:

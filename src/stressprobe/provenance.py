@@ -63,7 +63,8 @@ def model_identities(models: dict[str, dict[str, Any]]) -> dict[str, dict[str, A
     identities = {}
     for name, entry in sorted(models.items()):
         identity = {"backend": entry["backend"]}
-        for field in ("model", "gguf", "tensor_parallel_size", "dtype"):
+        # `substitute`: the id actually run in place of the paper's `model`.
+        for field in ("model", "substitute", "gguf", "tensor_parallel_size", "dtype"):
             if field in entry:
                 identity[field] = entry[field]
         identities[name] = identity

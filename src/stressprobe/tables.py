@@ -168,6 +168,8 @@ def mark_substitutes(frame: pd.DataFrame, models: Mapping[str, Mapping]) -> pd.D
     `substitute`: per row, the ids the paper used and the ids actually run ("; " between a row's models).
     Unchanged when no model of the frame has a substitute, so tables of the paper's own models stay as
     they are."""
+    if not any((entry or {}).get("substitute") for entry in models.values()):
+        return frame
     present = [c for c in MODEL_COLUMNS if c in frame.columns]
     named = {v for c in present for v in frame[c].dropna().unique() if isinstance(v, str)}
     if not any((models.get(name) or {}).get("substitute") for name in named):

@@ -8,7 +8,12 @@ from stressprobe.config import validate_config
 from stressprobe.errors import StressprobeError
 from stressprobe.io import output_path_problem
 from stressprobe.llm import answer_prefill
-from stressprobe.preflight import models_in_use, report_and_stop, run_preflight
+from stressprobe.preflight import (
+    models_in_use,
+    report_and_stop,
+    run_preflight,
+    trained_base_models,
+)
 
 
 def stop_on_error(check, *args):
@@ -60,6 +65,7 @@ onstart:
                     models_in_use(config),
                     config["models"],
                     config["preflight"]["run_days"],
+                    trained=trained_base_models(config),
                 )
             )
         )

@@ -40,6 +40,7 @@ rule cost_estimate:
         dpo_heldout=CDV_DPO_HELDOUT,
         preflight_models=models_in_use(config),
         run_days=config["preflight"]["run_days"],
+        trained=trained_base_models(config),
     script:
         "../../scripts/estimate_cost.py"
 
@@ -60,5 +61,6 @@ rule preflight:
         names=models_in_use(config),
         models=config["models"],
         run_days=config["preflight"]["run_days"],
+        trained=trained_base_models(config),
     script:
         "../../scripts/preflight.py"
