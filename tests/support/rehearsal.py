@@ -65,6 +65,7 @@ PAPER_MODEL_RULES = {
 CDV_FILES = ("MMLU", "CommonsenseQA", "OpenbookQA", "TruthfulQA")
 CDV_QUESTIONS = 12
 RELEASE_ROWS = {"train_data": 24, "valid_data": 8}
+DL20_STAND_IN_ORIGINS = ("bm25.run", "bm25-rm3.run", "splade-pp.run")
 RAG24_RUNS = ("iiia_standard_a", "iiia_standard_b", "ielab-dense", "bm25-seg", "splade-seg")
 
 
@@ -172,6 +173,19 @@ def rag24_stand_ins(workdir: Path, qids: list[str]) -> None:
         _write(base / "runs" / f"{run}.run", "\n".join(lines) + "\n")
 
 
+def dl20_runs(workdir: Path, representative: list[str]) -> None:
+    """The paper's runs directory: the 39 real DL20 runs here, and the paper's representative systems
+    (not public here) as stand-ins, each a real first-stage run under the system's name."""
+    runs = workdir / "data" / "paper" / "dl20" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    for real in sorted((SHARED / "data" / "dl20" / "runs").glob("*.run")):
+        if not (runs / real.name).exists():
+            (runs / real.name).symlink_to(real)
+    for name, origin in zip(representative, DL20_STAND_IN_ORIGINS, strict=True):
+        lines = (SHARED / "data" / "dl20" / "runs" / origin).read_text(encoding="utf-8").splitlines()
+        _write(runs / f"{name}.run", "".join(f"{' '.join(line.split()[:5])} {name}\n" for line in lines))
+
+
 def hub_cache(home: Path, model_ids: list[str], texts: list[str]) -> None:
     """A Hugging Face cache (HF_HOME) with a tiny random causal LM saved under each model id, offline."""
     from tests.support.toy_hf import toy_model_and_tokenizer
@@ -219,6 +233,7 @@ def prepare_workdir(workdir: Path) -> Path:
         served = workdir / "served" / entry["url"].split(f":{FILES_PORT}/", 1)[1]
         served.parent.mkdir(parents=True, exist_ok=True)
         served.write_bytes(data)
+    dl20_runs(workdir, paper["analysis"]["representative_systems"]["dl20"])
     rag24_stand_ins(workdir, [str(q) for q in overlay["judging"]["datasets"]["rag24"]["queries"]])
     cdv = paper["cdv"]
     base_models = sorted({*cdv["classifier"]["lora"]["base_models"], *cdv["dpo"]["base_models"]})
@@ -229,7 +244,7 @@ def prepare_workdir(workdir: Path) -> Path:
 
 def rehearsal_env(workdir: Path) -> dict[str, str]:
     """The jobs' environment: the API keys the config names, the vLLM stand-in, the tiny models, offline."""
-    path = os.pathsep.join([str(ROOT / "tests" / "support" / "vllm_standin"), str(ROOT / "src")])
+    path = os.pathsep.join([str(ROOT / "tests" / "support" / "vllm_standin"), str(ROOT / "src"), str(ROOT)])
     return {
         **os.environ,
         **API_KEYS,
@@ -239,6 +254,7 @@ def rehearsal_env(workdir: Path) -> dict[str, str]:
         "HF_DATASETS_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "STRESSPROBE_VLLM_STANDIN_LOG": str(workdir / "vllm_standin.jsonl"),
+        "STRESSPROBE_VLLM_STANDIN_ROLES": "1",
     }
 
 

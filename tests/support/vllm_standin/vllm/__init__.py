@@ -4,10 +4,12 @@ parallelism, each served model on its own slice of the job's GPUs). Everything e
 
 Put tests/support/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a
 JSON line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests
-per job. Every answer is the CDV one (``Answer: <A-D>``, from a hash of the prompt). A prompt of more tokens
-than `max_model_len` (a token is 4 characters here) is refused as vLLM 0.32's `LLM.chat` refuses it: the whole
-call raises VLLMValidationError. The OpenAI-compatible server (`vllm serve`, entrypoints/cli/main.py) records
-its load in the same log, answers with the same `answer` function and refuses such a prompt with HTTP 400.
+per job. Every answer is the CDV one (``Answer: <A-D>``, from a hash of the prompt), or with
+STRESSPROBE_VLLM_STANDIN_ROLES set (the rehearsal, tests/support/rehearsal.py) the role server's. A prompt of
+more tokens than `max_model_len` (a token is 4 characters here) is refused as vLLM 0.32's `LLM.chat` refuses
+it: the whole call raises VLLMValidationError. The OpenAI-compatible server (`vllm serve`,
+entrypoints/cli/main.py) records its load in the same log, answers with the same `answer` function and
+refuses such a prompt with HTTP 400.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from types import SimpleNamespace
 
 
 def answer(conversation) -> str:
-    """The text the stand-in answers a conversation with."""
+    """The text the stand-in answers a conversation with; with STRESSPROBE_VLLM_STANDIN_ROLES set, the
+    answer of the rehearsal's role server (each role in the format its prompt asks for)."""
+    if os.environ.get("STRESSPROBE_VLLM_STANDIN_ROLES"):
+        from tests.support.rehearsal import role_responder
+
+        return role_responder({"messages": list(conversation)}, 0)
     prompt = "\n".join(m["content"] for m in conversation)
     return f"Answer: {'ABCD'[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % 4]}"
 
