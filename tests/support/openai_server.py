@@ -178,7 +178,7 @@ class _State:
         model_ids,
         retry_after,
         require_key,
-        model_rules,
+        model_rules=None,
     ):
         unknown = set(faults) - set(FAULT_KINDS)
         if unknown:
