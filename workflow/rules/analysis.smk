@@ -28,6 +28,7 @@ rule analysis_judgments:
     params:
         cells=analysis_label_cells,
         unparsed=config["judging"]["unparsed"],
+        kappa_weights=config["analysis"]["kappa_weights"],
     script:
         "../../scripts/analysis_judgments.py"
 
