@@ -13,6 +13,7 @@ def main(smk):
         smk.output.kappa,
         smk.output.shift,
         smk.params.unparsed,
+        smk.params.kappa_weights,
     )
 
 

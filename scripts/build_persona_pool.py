@@ -27,7 +27,7 @@ def main(smk):
         sha256=embedding.get("sha256"),
     )
     chunks = embed_in_chunks(
-        iter_pool(load_pool_records(source, key), source["kind"], origin),
+        iter_pool(load_pool_records(source, key), source["kind"], origin, source["period"]),
         smk.params.chunks,
         embedding["pool_chunk"],
         embedder.embed,

@@ -13,7 +13,7 @@ from stressprobe.persona.data import (
     read_run_metadata,
     read_runs_dir,
 )
-from stressprobe.persona.pins import check_pinned, check_systems
+from stressprobe.persona.pins import check_pinned, check_systems, pinned_queries
 from stressprobe.persona.selection import prepare_dataset
 from stressprobe.snakemake_io import run_script
 
@@ -27,7 +27,7 @@ def main(smk):
     prepared = prepare_dataset(
         load_source(entry, key, title=entry["title"]),
         runs,
-        queries=entry["queries"],
+        queries=pinned_queries(smk.wildcards.dataset, entry["queries"], entry["expect"]),
         max_passages_per_query=entry["max_passages_per_query"],
         unjudged_top_k_depth=entry["unjudged_top_k"],
         seed=smk.params.seed,

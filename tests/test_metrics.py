@@ -325,3 +325,41 @@ def test_consistent_direction():
     assert metrics.consistent_direction([2, -1]) == 0
     assert metrics.consistent_direction([0, 0]) == 0
     assert metrics.consistent_direction([1, 0]) == 0
+
+
+def test_kappa_weights_fixed_or_as_sklearn_weights_the_grades_present():
+    from sklearn.metrics import cohen_kappa_score
+
+    # q1 uses grades 0, 2, 3 only (no 1): the two readings differ; q2 uses all four: they agree.
+    rows = [
+        ("q1", "a", 0, 0),
+        ("q1", "b", 2, 0),
+        ("q1", "c", 3, 2),
+        ("q1", "d", 3, 3),
+        ("q1", "e", 0, 2),
+        ("q2", "a", 0, 1),
+        ("q2", "b", 1, 1),
+        ("q2", "c", 2, 3),
+        ("q2", "d", 3, 3),
+        ("q2", "e", 2, 0),
+    ]
+    frame = pd.DataFrame(rows, columns=["qid", "docid", "label", "ref"])
+    labels, reference = (
+        frame[["qid", "docid", "label"]],
+        frame[["qid", "docid", "ref"]].rename(columns={"ref": "label"}),
+    )
+    fixed = metrics.kappa_per_query(labels, reference, "fixed").set_index("qid")["kappa"]
+    present = metrics.kappa_per_query(labels, reference, "present").set_index("qid")["kappa"]
+    for qid in ("q1", "q2"):
+        block = frame[frame["qid"] == qid]
+        assert present[qid] == pytest.approx(
+            cohen_kappa_score(block["label"], block["ref"], weights="quadratic")
+        )
+        # fixed: sklearn told the labels are always 0-3
+        assert fixed[qid] == pytest.approx(
+            cohen_kappa_score(block["label"], block["ref"], weights="quadratic", labels=[0, 1, 2, 3])
+        )
+    assert fixed["q2"] == pytest.approx(present["q2"])
+    assert abs(fixed["q1"] - present["q1"]) > 0.05
+    with pytest.raises(StressprobeError, match="analysis.kappa_weights"):
+        metrics.kappa_per_query(labels, reference, "sklearn")

@@ -15,7 +15,7 @@ import yaml
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_runs_dir
-from stressprobe.persona.pins import check_pinned, check_systems
+from stressprobe.persona.pins import check_pinned, check_systems, pinned_queries
 from tests.support.api_workdir import DATASET, error_lines, run_workflow, write_api_config, write_judging_data
 from tests.support.file_server import FileServer
 from tests.support.helpers import ROOT, make_workdir, shared_data
@@ -238,3 +238,23 @@ def test_trec_archives_named_input_tag_gz_are_read_as_runs(tmp_path):
     (tmp_path / "fr_pass_roberta.run").write_text(lines)
     with pytest.raises(StressprobeError, match="names the same run 'fr_pass_roberta'"):
         read_runs_dir(tmp_path)
+
+
+def test_rag24_is_pinned_to_the_86_ids_whose_qrels_have_a_relevant_label_and_a_count_never_meets_them():
+    rag24 = PAPER["judging"]["datasets"]["rag24"]
+    pinned = [str(q) for q in rag24["expect"]["qids"]]
+    assert rag24["queries"] == "pinned" and len(set(pinned)) == 86 == rag24["expect"]["queries"]
+    assert pinned_queries("rag24", "pinned", rag24["expect"]) == pinned
+    with pytest.raises(StressprobeError, match=r"'judging.datasets.rag24.queries': 86 draws a seeded sample"):
+        pinned_queries("rag24", 86, rag24["expect"])
+    with pytest.raises(StressprobeError, match=r"'pinned' needs 'judging.datasets.dl20.expect.qids'"):
+        pinned_queries("dl20", "pinned", {"queries": 54})
+    assert pinned_queries("dl20", 5, {"queries": 5}) == 5  # no ids pinned: a sample is allowed
+    qrels = shared_data("rag24", "qrels.txt")
+    best: dict[str, int] = {}
+    for line in qrels.read_text().splitlines():
+        qid, _, _, grade = line.split()
+        best[qid] = max(best.get(qid, 0), int(grade))
+    assert len(best) == 89
+    assert sorted(q for q, g in best.items() if g > 0) == sorted(pinned)
+    assert sorted(q for q, g in best.items() if g == 0) == ["2024-133137", "2024-133810", "2024-36302"]

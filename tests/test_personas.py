@@ -17,6 +17,7 @@ from stressprobe.persona.pools import (
     build_pool,
     domain_texts,
     domains_for_queries,
+    iter_pool,
     load_hf_records,
     load_pool_records,
     read_domain_mapping,
@@ -60,6 +61,13 @@ def test_uspersona_text_uses_only_skills():
     assert text == USPERSONA_PREFIX + "Budget planning, Python, Nurses' scheduling"
     for value in DEMOGRAPHICS.values():
         assert str(value) not in text
+    # The paper's Table 2 ends each USPersona text with "." (personas.sources.uspersona.period).
+    assert uspersona_text(record, period=True) == text + "."
+    # professional_persona (and every other non-skills field) is never read
+    assert uspersona_text({**record, "professional_persona": "A nurse."}) == text
+    pool = build_pool([record], "uspersona", "src")
+    assert pool == list(iter_pool([record], "uspersona", "src")) and pool[0]["text"] == text
+    assert next(iter_pool([record], "uspersona", "src", period=True))["text"] == text + "."
 
 
 def test_uspersona_falls_back_to_the_free_text_skills():

@@ -28,6 +28,7 @@ rule analysis_judgments:
     params:
         cells=analysis_label_cells,
         unparsed=config["judging"]["unparsed"],
+        kappa_weights=config["analysis"]["kappa_weights"],
     script:
         "../../scripts/analysis_judgments.py"
 
@@ -389,3 +390,22 @@ rule analysis_vs_paper:
         undefined_kappa=config["analysis"]["undefined_kappa"],
     script:
         "../../scripts/analysis_vs_paper.py"
+
+
+rule analysis_table2_check:
+    input:
+        unpack(table2_check_inputs),
+    output:
+        **table_outputs("table2_check", "table2_check", "Persona study", "Reproduction"),
+    log:
+        "results/logs/analysis/table2_check.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    resources:
+        **config["resources"]["small"],
+    params:
+        sources=list(config["personas"]["sources"]),
+        qid=lambda w: config["analysis"]["table2_check"]["qid"],
+    script:
+        "../../scripts/analysis_table2_check.py"

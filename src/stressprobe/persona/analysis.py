@@ -158,7 +158,10 @@ def read_frames(paths: Sequence[str | Path], order: Mapping[str, Sequence[str]])
 
 
 def dataset_kappa(
-    dataset: str, cells: Mapping[tuple[str, str], pd.DataFrame], human: pd.DataFrame
+    dataset: str,
+    cells: Mapping[tuple[str, str], pd.DataFrame],
+    human: pd.DataFrame,
+    weights: str = "fixed",
 ) -> pd.DataFrame:
     """Per-query κ of every (model, condition) against human labels and against its model's UMBRELA labels.
 
@@ -175,7 +178,7 @@ def dataset_kappa(
             references["umbrela"] = cells[(model, BASELINE)]
         failed = labels.loc[_unanswered(labels), "qid"].value_counts()
         for reference, reference_labels in references.items():
-            part = metrics.kappa_per_query(labels, reference_labels).set_index("qid")
+            part = metrics.kappa_per_query(labels, reference_labels, weights).set_index("qid")
             part = part.reindex(qids.union(part.index)).fillna({"pairs": 0}).astype({"pairs": int})
             part[UNANSWERED] = failed.reindex(part.index, fill_value=0).astype(int).to_numpy()
             part = part.reset_index()
@@ -257,10 +260,11 @@ def write_judgment_frames(
     kappa_path: str | Path,
     shift_path: str | Path,
     unparsed: str = "exclude",
+    kappa_weights: str = "fixed",
 ) -> None:
     """Per dataset: per-query κ (vs human, vs UMBRELA) and label shift counts of every judged cell."""
     labels = {tuple(cell): read_labels(path, unparsed) for cell, path in zip(cells, label_paths, strict=True)}
-    write_frame(dataset_kappa(dataset, labels, read_labels(human_path)), kappa_path)
+    write_frame(dataset_kappa(dataset, labels, read_labels(human_path), kappa_weights), kappa_path)
     write_frame(dataset_label_shift(dataset, labels), shift_path)
 
 

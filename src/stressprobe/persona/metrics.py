@@ -69,11 +69,30 @@ def paired_labels(labels: pd.DataFrame, reference: pd.DataFrame) -> tuple[np.nda
     return merged["qid"].to_numpy(str)[keep], first[keep].astype(int), second[keep].astype(int)
 
 
-def kappa_per_query(labels: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+#: `analysis.kappa_weights`: quadratic weights over the fixed grades 0–3 (`fixed`), or over the grades
+#: either rater uses in the query, by their positions (`present`), as scikit-learn's
+#: `cohen_kappa_score(..., weights="quadratic")` builds them (the release's analysis/helpers.py imports it).
+KAPPA_WEIGHTS = ("fixed", "present")
+
+
+def present_grades_table(table: np.ndarray) -> np.ndarray:
+    """The grade table restricted to the grades either rater uses: statsmodels then weights by position
+    in that list, so grades {0, 2, 3} are 0, 1, 2 apart — scikit-learn's reading of quadratic weights."""
+    used = (table.sum(axis=0) + table.sum(axis=1)) > 0
+    return table[np.ix_(used, used)]
+
+
+def kappa_per_query(labels: pd.DataFrame, reference: pd.DataFrame, weights: str = "fixed") -> pd.DataFrame:
     """κ per query between two sets of labels, each a frame `qid, docid, label` (label NaN = unparsed).
 
-    Uses the pairs of `paired_labels`. Returns `qid, pairs, kappa` for every query with a shared pair.
+    Uses the pairs of `paired_labels`, weighted as `weights` says (`KAPPA_WEIGHTS`). Returns
+    `qid, pairs, kappa` for every query with a shared pair.
     """
+    if weights not in KAPPA_WEIGHTS:
+        raise StressprobeError(
+            f"config key 'analysis.kappa_weights': {weights!r}; use one of {', '.join(KAPPA_WEIGHTS)}"
+        )
+    reduce = present_grades_table if weights == "present" else (lambda table: table)
     qid, first, second = paired_labels(labels, reference)
     codes, qids = pd.factorize(qid, sort=True)
     cells = codes * 16 + first * 4 + second
@@ -82,7 +101,7 @@ def kappa_per_query(labels: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFra
         {
             "qid": pd.Series(qids, dtype=str),
             "pairs": tables.sum(axis=(1, 2)).astype(int),
-            "kappa": [quadratic_kappa_from_table(t) for t in tables],
+            "kappa": [quadratic_kappa_from_table(reduce(t)) for t in tables],
         }
     )
 

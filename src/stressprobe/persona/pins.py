@@ -100,3 +100,22 @@ def check_systems(dataset: str, entries: Sequence[str], runs: Collection[str]) -
             f"analysis.representative_systems.{dataset}: '{missing[0]}' matches no run of the dataset "
             f"({len(runs)} runs); fix the name or end a family prefix with '*', or add the run files"
         )
+
+
+def pinned_queries(dataset: str, queries: Any, expect: Mapping[str, Any]) -> Any:
+    """The dataset's `queries` selection with `pinned` replaced by the pinned ids. A count is a seeded
+    sample: where the ids are pinned it is refused, since a sample can never be the paper's set."""
+    key = f"judging.datasets.{dataset}"
+    pinned = expect.get("qids")
+    if queries == "pinned":
+        if not pinned:
+            raise StressprobeError(
+                f"config key '{key}.queries': 'pinned' needs '{key}.expect.qids'; list the ids"
+            )
+        return [str(q) for q in pinned]
+    if isinstance(queries, int) and pinned:
+        raise StressprobeError(
+            f"config key '{key}.queries': {queries} draws a seeded sample, which cannot meet the {len(pinned)} "
+            f"pinned ids of '{key}.expect.qids'; use 'queries: pinned'"
+        )
+    return queries

@@ -249,34 +249,38 @@ def parse_skills(value: Any) -> list[str]:
     return []
 
 
-def uspersona_text(record: Mapping[str, Any]) -> str | None:
+def uspersona_text(record: Mapping[str, Any], period: bool = False) -> str | None:
     """ "A persona with the following skills: ..." from the skills fields only, or None when they are empty.
 
-    The list field is preferred; the free-text field is the fallback.
+    The list field is preferred, its skills joined by ", " and ended with "." when `period` (as the
+    paper's Table 2 prints them); the free-text field is the fallback.
     """
     skills = parse_skills(record.get(SKILLS_LIST_FIELD))
     if skills:
-        return USPERSONA_PREFIX + ", ".join(skills)
+        return USPERSONA_PREFIX + ", ".join(skills) + ("." if period else "")
     text = record.get(SKILLS_TEXT_FIELD)
     if isinstance(text, str) and text.strip():
         return USPERSONA_PREFIX + " ".join(text.split())
     return None
 
 
-def personahub_text(record: Mapping[str, Any]) -> str | None:
-    """PersonaHub's free-text `persona`, or None when it is missing or empty."""
+def personahub_text(record: Mapping[str, Any], period: bool = False) -> str | None:
+    """PersonaHub's free-text `persona`, or None when it is missing or empty (`period` does not apply: the
+    texts are the dataset's sentences)."""
     text = record.get("persona")
     return " ".join(text.split()) if isinstance(text, str) and text.strip() else None
 
 
-PERSONA_TEXT: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
+PERSONA_TEXT: dict[str, Callable[[Mapping[str, Any], bool], str | None]] = {
     "personahub": personahub_text,
     "uspersona": uspersona_text,
 }
 USABLE_FIELDS = {"personahub": "persona", "uspersona": f"{SKILLS_LIST_FIELD} or {SKILLS_TEXT_FIELD}"}
 
 
-def iter_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> Iterator[dict[str, str]]:
+def iter_pool(
+    records: Iterable[Mapping[str, Any]], kind: str, origin: str, period: bool = False
+) -> Iterator[dict[str, str]]:
     """The pool entries `{"pid", "text"}` of a source, one at a time; pid = the record's `uuid`/`id`, else
     its position.
 
@@ -289,7 +293,7 @@ def iter_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> I
     pids: set[str] = set()
     unusable = duplicates = 0
     for i, record in enumerate(records):
-        text = to_text(record)
+        text = to_text(record, period)
         if text is None:
             unusable += 1
             continue
@@ -316,7 +320,7 @@ def iter_pool(records: Iterable[Mapping[str, Any]], kind: str, origin: str) -> I
 
 def pool_fingerprint(source: Mapping[str, Any], embedding: Mapping[str, Any]) -> dict[str, Any]:
     """What a pool's chunks depend on: the source (with its revision), the model and the chunk size."""
-    keys = ("kind", "path", "hf_dataset", "hf_config", "hf_split", "limit", "revision")
+    keys = ("kind", "path", "hf_dataset", "hf_config", "hf_split", "limit", "revision", "sha256", "period")
     return {
         **{key: source.get(key) for key in keys},
         "model": embedding["model"],

@@ -78,6 +78,8 @@ def analysis_outputs():
         path for family in ANALYSIS_TABLES for path in analysis_table_files(family)
     ]
     tables += domain_agreement_outputs()
+    if config["analysis"]["table2_check"]:
+        tables += [f"results/tables/table2_check.{ext}" for ext in ("csv", "md", "tex")]
     return tables + [
         f"results/figures/{name}.{ext}"
         for name in ANALYSIS_FIGURES
@@ -94,3 +96,20 @@ ANALYSIS_SHIFT = expand(
 ANALYSIS_SYSTEMS = expand(
     "results/analysis/{dataset}/systems.tsv", dataset=judging_datasets()
 )
+
+
+def table2_check_inputs(wildcards):
+    """The persona selections of the Table 2 check's dataset, one per configured pool."""
+    check = config["analysis"]["table2_check"]
+    if check["dataset"] not in judging_datasets():
+        raise StressprobeError(
+            f"analysis.table2_check.dataset: '{check['dataset']}' is not a judging dataset "
+            f"({', '.join(judging_datasets())}); fix the name or set the key to null"
+        )
+    return {
+        "personas": [
+            f"results/judging/{check['dataset']}/personas/{source}.jsonl"
+            for source in config["personas"]["sources"]
+        ],
+        "values": check["values"],
+    }
