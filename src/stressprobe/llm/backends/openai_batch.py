@@ -30,7 +30,9 @@ from typing import Any
 from stressprobe.io import write_json
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai_protocol import (
+    API_DEFAULTS,
     RETRYABLE_STATUS,
+    api_settings,
     chat_arguments,
     connect,
     parse_completion,
@@ -90,6 +92,7 @@ def open_backend(name: str, entry: dict[str, Any]) -> OpenAIBatchBackend:
         poll_s=float(entry.get("batch_poll_s", 30.0)),
         max_requests=int(entry.get("batch_max_requests", MAX_REQUESTS)),
         max_bytes=int(entry.get("batch_max_bytes", MAX_BYTES)),
+        api=api_settings(entry),
     )
 
 
@@ -138,12 +141,16 @@ class OpenAIBatchBackend(Backend):
         max_requests: int,
         max_bytes: int,
         extra: dict[str, Any] | None = None,
+        api: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(name, identity)
         from openai import OpenAI  # slow to import, and only the API backends need it
 
         self.model = model
         self.extra_body = extra or {}
+        self.api = (
+            api or API_DEFAULTS
+        )  # the body in the model's API's shape, as the synchronous backend sends it
         self.max_retries = max_retries
         self.poll_s = poll_s
         self.max_requests = min(max_requests, MAX_REQUESTS)
@@ -227,7 +234,7 @@ class OpenAIBatchBackend(Backend):
     def _submit(self, todo: dict[str, Request]) -> list[dict[str, Any]]:
         """Upload and create batches for `todo`, split at the API's limits; each is in the ledger first."""
         keys = list(todo)
-        lines = [batch_line(k, chat_arguments(self.model, todo[k], self.extra_body)) for k in keys]
+        lines = [batch_line(k, chat_arguments(self.model, todo[k], self.api, self.extra_body)) for k in keys]
         jobs = []
         for group in split_lines([len(line) for line in lines], self.max_requests, self.max_bytes):
             data = b"".join(lines[i] for i in group)
