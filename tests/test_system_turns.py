@@ -5,6 +5,7 @@ classifier and DPO prompts. The real engine: tests/test_vllm_real.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -189,6 +190,35 @@ def test_the_openai_protocol_folds_for_a_server_whose_model_refuses_system_turns
             (sent,) = client.generate([REQUEST])
     assert folded.error is None and folded.texts == [f"{SYSTEM}\n\n{USER}"]
     assert "HTTP 400" in sent.error and "System role not supported" in sent.error
+
+
+def test_served_llamacpp_folds_with_system_role_user_before_its_template_renders(tmp_path, monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from tests.support.llama_server import LlamaServer
+
+    config = tmp_path / "tokenizer_config.json"  # the server's template: one that refuses system turns
+    config.write_text(
+        json.dumps(
+            {"chat_template": REFUSING_TEMPLATE, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+        )
+    )
+    flags = ["--chat_format", "hf-tokenizer-config", "--hf_tokenizer_config_path", str(config)]
+    monkeypatch.setenv("TEST_KEY", "k")
+    with LlamaServer(log_path=tmp_path / "server.log", extra_args=flags) as server:
+        entry = {
+            "backend": "openai",
+            "model": server.model_id,
+            "base_url": server.base_url,
+            "api_key_env": "TEST_KEY",
+        }
+        models = {"folded": {**entry, "system_role": "user"}, "sent": {**entry, "max_retries": 0}}
+        short = Request.chat(system=SYSTEM, user=USER, max_tokens=2, temperature=0)
+        with open_client(models, "folded", tmp_path / "cache") as client:
+            (folded,) = client.generate([short])
+        with open_client(models, "sent", tmp_path / "cache") as client:
+            (sent,) = client.generate([short])
+    assert folded.error is None and folded.completion_tokens > 0
+    assert sent.error is not None  # the template raised on the system turn inside the server
 
 
 def test_the_batch_api_body_takes_the_models_api_settings(tmp_path):
