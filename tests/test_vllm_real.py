@@ -272,3 +272,54 @@ def test_served_and_in_process_greedy_answers_agree_and_servers_stop(env, tmp_pa
         finally:
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
+
+
+# The classifier's prompt (a system turn) to a model whose template refuses system turns: the backend's
+# answer, and real vLLM's own refusal of the same conversation unfolded, from one engine load.
+REFUSING_JOB = """
+import json, sys
+from stressprobe.cdv.prompts import classifier_messages
+from stressprobe.llm import Request, open_client
+from stressprobe.llm.system_turns import fold_system_turns
+models = {"gemma": json.loads(sys.argv[1])}
+request = Request(messages=classifier_messages("What is 2 + 2?", ["3", "4", "5", "6"]), max_tokens=8,
+                  temperature=0.0, seed=0)
+with open_client(models, "gemma", sys.argv[2]) as client:
+    (response,) = client.generate([request])
+    backend = client.backend
+    try:
+        backend.llm.chat([request.message_dicts()], use_tqdm=False)
+        refused = None
+    except Exception as exc:
+        refused = f"{type(exc).__name__}: {exc}"
+    rendered = backend.render(fold_system_turns(request.message_dicts()))
+print("RESULT", json.dumps({"fold": backend.fold_system, "error": response.error, "text": response.text,
+                            "refused": refused, "rendered": rendered}), flush=True)
+"""
+
+
+def test_a_template_refusing_system_turns_gets_them_folded(env, tmp_path):
+    """A test-written template of Gemma-2's structure (it raises on a system turn) given to real vLLM as
+    `chat_template`: `system_role: auto` finds the refusal at load and folds (FIDELITY, System turns)."""
+    from stressprobe.cdv.prompts import CLASSIFIER_SYSTEM
+    from tests.test_system_turns import REFUSING_TEMPLATE
+
+    python, model = env
+    template = tmp_path / "refusing.jinja"
+    template.write_text(REFUSING_TEMPLATE)
+    entry = engine_entry(model, chat_template=str(template))
+    job = subprocess.run(
+        [str(python), "-c", REFUSING_JOB, json.dumps(entry), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        env=vllm_env.job_env(),
+        timeout=RUN_TIMEOUT_S,
+    )
+    results = [line for line in job.stdout.splitlines() if line.startswith("RESULT ")]
+    assert job.returncode == 0 and results, job.stderr[-4000:]
+    result = json.loads(results[-1].removeprefix("RESULT "))
+    assert result["fold"] is True and result["error"] is None and result["text"]
+    # Unfolded, the same conversation fails in vLLM's own renderer, as Gemma-2's does on a GPU node.
+    assert "System role not supported" in result["refused"]
+    assert f"<turn user>{CLASSIFIER_SYSTEM}\n\n" in result["rendered"]
+    assert result["rendered"].endswith("</turn>\n<turn assistant>")

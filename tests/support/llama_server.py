@@ -57,8 +57,11 @@ def extra_buffers_off(gguf: Path) -> bool:
 class LlamaServer:
     """Context manager running the real llama.cpp server in a child process."""
 
-    def __init__(self, gguf: Path | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self, gguf: Path | None = None, log_path: Path | None = None, extra_args: list[str] | None = None
+    ) -> None:
         self.gguf = gguf or demo_gguf()
+        self.extra_args = list(extra_args or [])  # further server flags (e.g. another chat format)
         self.port = free_port()
         self.log_path = log_path
         self._proc: subprocess.Popen | None = None
@@ -90,6 +93,7 @@ class LlamaServer:
             # Logprobs of chat completions need every position's logits kept.
             "--logits_all",
             "true",
+            *self.extra_args,
         ]
 
     def __enter__(self) -> LlamaServer:

@@ -28,7 +28,8 @@ Constructor arguments:
   default `rule_responder` answers by rule from the prompt: asks for ``##final score`` ->
   ``"##final score: <0-3>"``; asks for a final line ``Answer: <letter>`` -> a line of reasoning then
   ``"Answer: <letter>"``; asks to answer yes or no -> ``"no"``; otherwise a short sentence from the prompt.
-  Choices come from a hash of the messages (and, at temperature > 0, of seed and sample index).
+  Choices come from a hash of the messages (and, at temperature > 0, of seed and sample index). A
+  responder that raises `Refusal` makes the server answer that HTTP status (400) with its message.
 - ``retry_after``: value of a ``Retry-After`` header sent with 429 answers (None = no header).
 - ``require_key``: answer 401 unless the bearer token equals it.
 - ``model_ids``: the ids ``GET /v1/models`` lists; ``shutdown_dates``: id -> ISO date, listed as the
@@ -163,6 +164,15 @@ def token_logprobs(token: str, k: int, salt: str) -> dict[str, Any]:
         {"token": t, "logprob": math.log(p)} for t, p in zip(alternatives, rest, strict=True)
     ]
     return {"token": token, "logprob": math.log(p_chosen), "bytes": None, "top_logprobs": top[:k]}
+
+
+class Refusal(Exception):
+    """Raised by a responder for a request the model refuses: the server answers HTTP `status` (400, as
+    vLLM's server does when the chat template raises) with this message."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _State:
@@ -405,7 +415,12 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             else:
                 if outcome == "timeout":
                     state.stopping.wait(state.timeout_sleep)
-                self.send_json(200, completion_body(state, body, outcome))
+                try:
+                    completion = completion_body(state, body, outcome)
+                except Refusal as exc:
+                    self.send_json(exc.status, {"error": {"message": str(exc), "type": "BadRequestError"}})
+                    return
+                self.send_json(200, completion)
 
     return Handler
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from stressprobe.cdv.classifier import split_keys
 from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
+from stressprobe.llm import system_turns
 from stressprobe.scoring import UNANSWERED
 
 
@@ -194,6 +195,21 @@ def generate_answers(
     return answers
 
 
+def as_template_takes(tokenizer: Any, *parts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], ...]:
+    """The pair and held-out rows as the model's chat template takes them: where it refuses a system turn
+    (Gemma-2's), each prompt's system turn folded into its first user turn, for TRL and the answers alike;
+    otherwise unchanged (stressprobe.llm.system_turns)."""
+    name = str(getattr(tokenizer, "name_or_path", "") or "the DPO model")
+    render = lambda m: tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)  # noqa: E731
+    if not system_turns.folds(name, "auto", render):
+        return parts
+    keys = ("prompt", "original_prompt")
+    return tuple(
+        [{k: system_turns.fold_system_turns(v) if k in keys else v for k, v in row.items()} for row in rows]
+        for rows in parts
+    )
+
+
 def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides: Any) -> Any:
     """TRL's DPOConfig from `cdv.dpo` (lr, epochs, beta, loss type, batch size, length)."""
     from trl import DPOConfig
@@ -261,6 +277,7 @@ def train_and_evaluate(
     from datasets import Dataset
     from trl import DPOTrainer
 
+    train, validation, heldout = as_template_takes(tokenizer, train, validation, heldout)
     before, originals_before = _answer_all(model, tokenizer, heldout, settings)
     peft_config = None
     if settings.get("lora_rank"):

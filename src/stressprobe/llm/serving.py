@@ -99,7 +99,7 @@ def assign_gpus(models: Mapping[str, Mapping[str, Any]], visible: list[str]) -> 
 def engine_args(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The engine settings of a registry entry, as keyword arguments of `vllm.LLM` (the in-process backend)
     and, spelt as flags, of `vllm serve`: one definition, so both paths load the model the same way."""
-    return {
+    args = {
         "model": str(entry["model"]),
         "tensor_parallel_size": int(entry.get("tensor_parallel_size", 1)),
         "gpu_memory_utilization": float(entry.get("gpu_memory_utilization", 0.9)),
@@ -109,6 +109,9 @@ def engine_args(entry: Mapping[str, Any]) -> dict[str, Any]:
         "enforce_eager": bool(entry.get("enforce_eager", False)),
         "kv_cache_memory_bytes": entry.get("kv_cache_memory_bytes"),
     }
+    if entry.get("chat_template"):  # a family's template in place of the one the model folder ships
+        args["chat_template"] = str(entry["chat_template"])
+    return args
 
 
 def server_command(entry: Mapping[str, Any], port: int, seed: int, python: str = sys.executable) -> list[str]:

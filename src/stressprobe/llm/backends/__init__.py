@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from stressprobe.errors import StressprobeError
@@ -11,7 +13,15 @@ from stressprobe.llm.backends.base import AsyncBackend, Backend
 
 BACKENDS = {"llamacpp": "llamacpp", "openai": "openai", "vllm": "vllm"}
 
-__all__ = ["AsyncBackend", "Backend", "BACKENDS", "backend_identity", "open_backend", "run_entry"]
+__all__ = [
+    "AsyncBackend",
+    "Backend",
+    "BACKENDS",
+    "backend_identity",
+    "chat_template_text",
+    "open_backend",
+    "run_entry",
+]
 
 
 def run_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,16 +55,38 @@ def backend_identity(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     if entry.get("backend") == "llamacpp":
         from stressprobe.llm.backends.llamacpp import llamacpp_identity
 
-        return llamacpp_identity(name, entry)
-    identity = {"backend": entry["backend"], "model": entry["model"]}
+        identity = llamacpp_identity(name, entry)
+    else:
+        identity = {"backend": entry["backend"], "model": entry["model"]}
     if entry.get("extra_body"):
         # Server-side sampling fields change the answers (absent when empty: older keys stay valid).
         identity["extra_body"] = dict(entry["extra_body"])
-    # The same request sent in another shape (no temperature, another token limit) is another question to
-    # the model; only settings that differ from OpenAI's enter the key, so existing cache keys stay.
+    # The same request sent in another shape (no temperature, another token limit, system turns folded) is
+    # another question to the model; only settings that differ from OpenAI's enter the key, so existing cache
+    # keys stay. `system_role: auto` folds only where the template refuses the unfolded request, which then
+    # has no answer to share: it keeps the key of `system`.
     if entry.get("tiny_temperature", "greedy") != "greedy":
         identity["tiny_temperature"] = entry["tiny_temperature"]  # vLLM samples where greedy decodes
     for key in ("token_limit_param", "unsupported_params", "system_role"):
-        if entry.get(key) and entry[key] not in ("max_tokens", "system"):
+        if entry.get(key) and entry[key] not in ("max_tokens", "system", "auto"):
             identity[key] = entry[key]
+    if entry.get("chat_template"):
+        # Another template renders another prompt; its text, not its path, names it.
+        identity["chat_template"] = chat_template_digest(name, entry)
     return identity
+
+
+def chat_template_text(name: str, entry: Mapping[str, Any]) -> str:
+    """The Jinja text of the entry's `chat_template` file; a missing file is a config error."""
+    path = Path(str(entry["chat_template"]))
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StressprobeError(
+            f"config models.{name}.chat_template: cannot read {path} ({exc.strerror or exc}); give the path "
+            "of a Jinja chat template file, or remove the key to use the model's own template"
+        ) from None
+
+
+def chat_template_digest(name: str, entry: Mapping[str, Any]) -> str:
+    return hashlib.sha256(chat_template_text(name, entry).encode("utf-8")).hexdigest()[:16]

@@ -22,7 +22,8 @@ import numpy as np
 
 from stressprobe.errors import StressprobeError, one_line_tail
 from stressprobe.io import PACKAGE_PREFIX, package_file, user_cache_dir
-from stressprobe.llm.backends import backend_identity
+from stressprobe.llm import system_turns
+from stressprobe.llm.backends import backend_identity, chat_template_text
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.cpu import (
     ProbeResult,
@@ -237,6 +238,8 @@ def open_backend(name: str, entry: dict[str, Any]) -> LlamaCppBackend:
         n_threads=int(entry.get("n_threads", 2)),
         flash_attn=bool(entry.get("flash_attn", False)),
         model_overrides=llama_model_overrides(name, entry, path),
+        chat_template=chat_template_text(name, entry) if entry.get("chat_template") else None,
+        system_role=entry.get("system_role", "auto"),
     )
 
 
@@ -254,6 +257,8 @@ class LlamaCppBackend(Backend):
         n_threads: int,
         flash_attn: bool = False,
         model_overrides: Mapping[str, Any] | None = None,
+        chat_template: str | None = None,
+        system_role: str = "auto",
     ) -> None:
         super().__init__(name, identity)
         import llama_cpp  # imported here: loading the native library is not free
@@ -276,21 +281,28 @@ class LlamaCppBackend(Backend):
                 f"config models.{name}.gguf: cannot load {path} ({exc}); is it a GGUF file?"
             ) from None
         self._formatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter(
-            template=self.llm.metadata["tokenizer.chat_template"],
+            template=chat_template or self.llm.metadata["tokenizer.chat_template"],
             eos_token=self.llm._model.token_get_text(self.llm.token_eos()),
             bos_token=self.llm._model.token_get_text(self.llm.token_bos()),
         )
         self._vocab = self.llm._model.vocab
         self._pieces: dict[int, str] = {}
+        self.fold_system = system_turns.folds(name, system_role, lambda m: self._formatter(messages=m))
+
+    def conversation(self, request: Request) -> list[dict[str, str]]:
+        """The request's messages as the template gets them: system turns folded where the model needs it."""
+        messages = request.message_dicts()
+        return system_turns.fold_system_turns(messages) if self.fold_system else messages
 
     def render(self, request: Request) -> str:
         """The prompt text the chat template makes of the request (what llama.cpp actually sees).
 
         A prefilled answer follows the assistant turn's opening as plain text, so the model continues it.
         """
+        messages = self.conversation(request)
         if request.prefill is None:
-            return self._formatter(messages=request.message_dicts()).prompt
-        return self._formatter(messages=request.message_dicts()[:-1]).prompt + request.prefill
+            return self._formatter(messages=messages).prompt
+        return self._formatter(messages=messages[:-1]).prompt + request.prefill
 
     def order(self, requests: list[Request]) -> list[int]:
         """Sorted by rendered prompt: neighbours share their longest common prefix."""

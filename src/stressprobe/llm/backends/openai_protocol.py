@@ -16,6 +16,7 @@ import httpx
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.failures import refusal
+from stressprobe.llm.system_turns import fold_system_turns
 from stressprobe.llm.types import Request, Response
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def chat_arguments(
     api = api or API_DEFAULTS
     messages = request.message_dicts()
     if api["system_role"] == "user":
-        messages = fold_system_messages(messages)
+        messages = fold_system_turns(messages)
     elif api["system_role"] != "system":
         messages = [{**m, "role": api["system_role"]} if m["role"] == "system" else m for m in messages]
     arguments: dict[str, Any] = {
@@ -166,19 +167,6 @@ def check_supported(
             key="unsupported_params",
             fix="a study that reads logprobs needs another model",
         )
-
-
-def fold_system_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """System messages prepended to the first user message, for APIs without a system role (o1-mini)."""
-    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
-    rest = [dict(m) for m in messages if m["role"] != "system"]
-    if system:
-        first_user = next((m for m in rest if m["role"] == "user"), None)
-        if first_user is None:
-            rest.insert(0, {"role": "user", "content": system})
-        else:
-            first_user["content"] = f"{system}\n\n{first_user['content']}"
-    return rest
 
 
 def parse_completion(completion: dict[str, Any], request: Request) -> Response:

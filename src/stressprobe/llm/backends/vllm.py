@@ -6,7 +6,9 @@ vllm model is opened. The client hands over `batch_size` requests (`models.<name
 default) per `chat` call, which vLLM batches continuously with prefix caching, and commits each call's answers
 to the cache when it returns, before the next is asked: a killed job loses at most one call's work. A request
 vLLM refuses (a prompt longer than `max_model_len`) stops the job with one line naming the config key, as a
-served model's HTTP 400 does (stressprobe.llm.failures).
+served model's HTTP 400 does (stressprobe.llm.failures). System turns are folded into the first user turn
+where `system_role` says so, or (`auto`) where the chat template (the entry's `chat_template`, else the
+model's) refuses one (stressprobe.llm.system_turns).
 
 An entry that carries `served_base_url` (set at run time by `serving.serve_models`, never by a config file)
 is answered over HTTP by the OpenAI backend's machinery instead, with the same `vllm` identity in the cache
@@ -18,14 +20,16 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from stressprobe.errors import StressprobeError, one_line_tail
-from stressprobe.llm.backends import backend_identity
+from stressprobe.llm import system_turns
+from stressprobe.llm.backends import backend_identity, chat_template_text
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai import OpenAIBackend
-from stressprobe.llm.backends.openai_protocol import KEYLESS_PLACEHOLDER, preflight
+from stressprobe.llm.backends.openai_protocol import API_DEFAULTS, KEYLESS_PLACEHOLDER, preflight
 from stressprobe.llm.failures import TOO_LONG, refusal
 from stressprobe.llm.serving import SERVED_URL_KEY, engine_args
 from stressprobe.llm.types import Request, Response
@@ -48,6 +52,8 @@ def open_backend(name: str, entry: dict[str, Any]) -> Backend:
             f"config models.{name}.model: {model} is not a folder; give the folder of a model in Hugging Face "
             "format or a Hugging Face id"
         )
+    if entry.get("chat_template"):
+        chat_template_text(name, entry)  # an unreadable file stops the job before the model loads
     if entry.get(SERVED_URL_KEY):
         return open_served_backend(name, entry)
     try:
@@ -115,6 +121,9 @@ def parse_output(output: Any, request: Request) -> Response:
     )
 
 
+# A chat template's refusal of a system turn (Gemma-2's "System role not supported").
+SYSTEM_REFUSED = re.compile(r"system role|system message|system turn", re.IGNORECASE)
+
 # Requests per `chat` call: enough for vLLM to fill a GPU's batch, few enough that a killed job loses little.
 BATCH_SIZE = 512
 
@@ -141,6 +150,18 @@ class VllmBackend(Backend):
                 f"config models.{name}: vLLM could not load {entry['model']} ({type(exc).__name__}: {reason}); "
                 "vLLM's messages are in the job's log and output above"
             ) from exc
+        self.system_role = entry.get("system_role", "auto")
+        self.fold_system = system_turns.folds(name, self.system_role, self.render)
+
+    def render(self, conversation: list[dict[str, str]]) -> str:
+        """The prompt the engine's chat template makes of a conversation, as `LLM.chat` renders it (the
+        tokenizer's `apply_chat_template` with the engine's `chat_template`); raises where the template does."""
+        return self.llm.get_tokenizer().apply_chat_template(
+            conversation,
+            chat_template=getattr(self.llm, "chat_template", None),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
 
     def complete(self, requests: list[Request]) -> list[Response]:
         # One `chat` call either opens a new assistant turn or continues the final (prefilled) one.
@@ -152,6 +173,8 @@ class VllmBackend(Backend):
                     responses[i] = response
             return responses  # type: ignore[return-value]
         conversations = [r.message_dicts() for r in requests]
+        if self.fold_system:
+            conversations = [system_turns.fold_system_turns(c) for c in conversations]
         params = [sampling_params(self._vllm, as_decoded(r, self.tiny_temperature)) for r in requests]
         log.info("%s: %d requests to vLLM", self.name, len(requests))
         try:
@@ -170,6 +193,12 @@ class VllmBackend(Backend):
         """The job stops: a prompt that does not fit fails on every rerun, and an error record for it would
         quietly drop the longest inputs from the results. Answers already committed stay in the cache."""
         reason = one_line_tail(str(exc), 1) or type(exc).__name__
+        if not self.fold_system and SYSTEM_REFUSED.search(reason):
+            return StressprobeError(
+                f"config models.{self.name}.system_role: the model's chat template refuses a system turn "
+                f"({reason}); set models.{self.name}.system_role: user (or auto) to fold system turns into "
+                "the first user turn"
+            )
         if TOO_LONG.search(reason):  # (vLLM's message says it all: no traceback)
             return refusal(
                 self.name,
@@ -201,6 +230,7 @@ def open_served_backend(name: str, entry: dict[str, Any]) -> ServedVllmBackend:
         timeout_s=SERVED_TIMEOUT_S,
         max_retries=3,
         backoff_s=1.0,
+        api={**API_DEFAULTS, "system_role": "user" if entry.get("system_role") == "user" else "system"},
     )
     backend.tiny_temperature = entry.get("tiny_temperature", "greedy")
     return backend

@@ -4,9 +4,8 @@ stressprobe.llm.serving passes (an unknown one fails, as it would in
 vLLM), records a `load` event in STRESSPROBE_VLLM_STANDIN_LOG (with the GPUs it was given) and serves
 `/health`, `/v1/models` and `/v1/chat/completions` (tests/support/openai_server.py) with the in-process
 stand-in's answers, logging a `chat` event per request; a prompt longer than `--max-model-len` is answered
-HTTP 400 as vLLM answers it. Test switches: STRESSPROBE_VLLM_STANDIN_EXIT=<status>
-exits at once after a message (a server that fails to load); STRESSPROBE_VLLM_STANDIN_DELAY_S waits before
-listening (a slow load).
+HTTP 400 as vLLM answers it, and so is a request that the chat template (`--chat-template`, else the model
+folder's) raises on, as vLLM's server does.
 """
 
 from __future__ import annotations
@@ -21,8 +20,10 @@ from pathlib import Path
 # The repository root, for tests.support.openai_server (the job's PYTHONPATH need not have it).
 sys.path.insert(0, str(Path(__file__).resolve().parents[6]))
 
-from tests.support.openai_server import OpenAIServer  # noqa: E402
-from vllm import answer, record  # noqa: E402
+import jinja2  # noqa: E402
+
+from tests.support.openai_server import OpenAIServer, Refusal  # noqa: E402
+from vllm import answer, load_template, record, render  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-memory-bytes", type=int)
     parser.add_argument("--generation-config", default="auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chat-template")
     return parser.parse_args(argv)
 
 
@@ -58,7 +60,14 @@ def main(argv: list[str] | None = None) -> None:
         }
     )
 
+    template = load_template(args.chat_template, args.model)
+
     def respond(body: dict, index: int) -> str:
+        if template is not None:
+            try:  # vLLM's server renders the template first and answers 400 where it raises
+                render(template, body["messages"])
+            except jinja2.exceptions.TemplateError as exc:
+                raise Refusal(str(exc)) from None
         if index == 0:
             record({"event": "chat", "model": args.model, "requests": 1, "served": True})
         return answer(body["messages"])
