@@ -3,17 +3,14 @@
 
 from pathlib import Path
 
-from stressprobe.cdv.dpo import train_and_evaluate
+from stressprobe.cdv.dpo import load_base_model, train_and_evaluate
 from stressprobe.io import read_jsonl, write_json
 from stressprobe.snakemake_io import run_script
 
 
 def main(smk):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     settings, base_model = smk.params.settings, smk.params.base_model
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    model = AutoModelForCausalLM.from_pretrained(base_model)
+    model, tokenizer = load_base_model(base_model, smk.threads)
     out_dir = str(Path(smk.output.done).parent)
     result = train_and_evaluate(
         model,

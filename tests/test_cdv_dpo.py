@@ -118,6 +118,7 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
         "lora_rank": None,
         "eval_max_tokens": 4,
         "eval_temperature": 0.001,
+        "eval_batch_size": 3,
     }
     result = train_and_evaluate(
         model,
@@ -232,3 +233,47 @@ def test_responses_read_by_a_second_call_end_with_the_answer_line_the_scoring_re
     (kept,) = preference_pairs("toy", [p], own, {})
     assert kept["chosen"][0]["content"] == f"Answer: {right}"
     assert kept["rejected"][0]["content"] == evals[1]["raw"]
+
+
+def test_batched_greedy_answers_are_those_of_one_question_at_a_time():
+    pytest.importorskip("transformers")
+    import torch
+
+    from stressprobe.cdv.dpo import generate_answers
+
+    perturbed, pairs = _pairs(6)
+    prompts = [p["prompt"] for p in pairs]
+    # Prompts of different lengths, so every batch pads some of them.
+    prompts = [
+        p if i % 2 else [*p, {"role": "user", "content": "one more line " * i}] for i, p in enumerate(prompts)
+    ]
+    assert len({len(str(p)) for p in prompts}) > 1
+    texts = [m["content"] for p in prompts for m in p] + [m["content"] for p in pairs for m in p["chosen"]]
+    model, tokenizer = toy_model_and_tokenizer(texts)
+    max_tokens = 6
+    expected = []
+    for prompt in prompts:
+        ids = tokenizer.apply_chat_template(
+            prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        with torch.no_grad():
+            out = model.generate(
+                **ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+        new = out[0, ids["input_ids"].shape[1] :].tolist()
+        expected.append(
+            {
+                "text": tokenizer.decode(new, skip_special_tokens=True),
+                "truncated": tokenizer.eos_token_id not in new,
+            }
+        )
+    lengths = {
+        len(tokenizer.apply_chat_template(p, add_generation_prompt=True, return_dict=True)["input_ids"])
+        for p in prompts
+    }
+    assert len(lengths) > 1  # the batches are padded
+    side = tokenizer.padding_side
+    batched = generate_answers(model, tokenizer, prompts, max_tokens, 0, batch_size=4)
+    assert batched == expected
+    assert tokenizer.padding_side == side  # the tokenizer the trainer gets is left as it was
+    assert generate_answers(model, tokenizer, prompts, max_tokens, 0, batch_size=1) == expected

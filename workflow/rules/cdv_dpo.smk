@@ -49,10 +49,10 @@ rule cdv_dpo_train:
         dpo_model=_alternation(cdv_dpo_models()),
     conda:
         "../../envs/dpo.yaml"
+    threads: config["cdv"]["dpo"]["threads"]
     resources:
+        **config["resources"]["dpo"],
         gpu=1,
-        mem_mb=32000,
-        runtime=720,
     params:
         base_model=lambda w: cdv_dpo_models()[w.dpo_model],
         settings=config["cdv"]["dpo"],

@@ -170,28 +170,44 @@ def answer_correct(text: str, question: dict[str, Any]) -> bool:
 
 
 def generate_answers(
-    model: Any, tokenizer: Any, prompts: list[list[dict[str, str]]], max_tokens: int, temperature: float
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[dict[str, str]]],
+    max_tokens: int,
+    temperature: float,
+    batch_size: int = 16,
 ) -> list[dict[str, Any]]:
-    """Answers of a transformers causal LM to chat prompts (one at a time: no padding questions), at the
-    evaluation temperature (0 = greedy); `truncated` when the answer used all `max_tokens`."""
+    """Answers of a transformers causal LM to chat prompts, `batch_size` at a time on the model's device
+    (left-padded, so every answer starts right after its own prompt), at the evaluation temperature (0 =
+    greedy); `truncated` when the answer ended without an end-of-sequence token, i.e. used all `max_tokens`."""
     import torch
 
-    answers = []
     model.eval()
     sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-    for prompt in prompts:
-        ids = tokenizer.apply_chat_template(
-            prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        )
-        ids = {k: v.to(model.device) for k, v in ids.items()}
-        with torch.no_grad():
-            output = model.generate(
-                **ids, max_new_tokens=max_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    stop = model.generation_config.eos_token_id
+    stop = {tokenizer.eos_token_id, *(stop if isinstance(stop, list) else [stop])} - {None}
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    answers = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = tokenizer.apply_chat_template(
+                prompts[start : start + batch_size],
+                add_generation_prompt=True,
+                padding=True,
+                return_tensors="pt",
+                return_dict=True,
             )
-        new = output[0, ids["input_ids"].shape[1] :]
-        answers.append(
-            {"text": tokenizer.decode(new, skip_special_tokens=True), "truncated": len(new) >= max_tokens}
-        )
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            with torch.no_grad():
+                output = model.generate(**batch, max_new_tokens=max_tokens, pad_token_id=pad_id, **sampling)
+            for row in output[:, batch["input_ids"].shape[1] :].tolist():
+                ended = next((i for i, token in enumerate(row) if token in stop), None)
+                new = row if ended is None else row[: ended + 1]
+                text = tokenizer.decode(new, skip_special_tokens=True)
+                answers.append({"text": text, "truncated": ended is None})
+    finally:
+        tokenizer.padding_side = side
     return answers
 
 
@@ -208,6 +224,17 @@ def as_template_takes(tokenizer: Any, *parts: list[dict[str, Any]]) -> tuple[lis
         [{k: system_turns.fold_system_turns(v) if k in keys else v for k, v in row.items()} for row in rows]
         for rows in parts
     )
+
+
+def load_base_model(name: str, threads: int) -> tuple[Any, Any]:
+    """The DPO base model and its tokenizer, on the GPU when the job has one (generation before training
+    runs there too; the trainer keeps the model where it is), with `threads` CPU threads for torch."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return AutoModelForCausalLM.from_pretrained(name).to(device), AutoTokenizer.from_pretrained(name)
 
 
 def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides: Any) -> Any:
@@ -233,7 +260,11 @@ def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides
 
 def _answer_all(model: Any, tokenizer: Any, heldout: list[dict[str, Any]], settings: dict[str, Any]):
     """Answers to the held-out perturbed questions and, where known, to their originals."""
-    ask = {"max_tokens": settings["eval_max_tokens"], "temperature": settings["eval_temperature"]}
+    ask = {
+        "max_tokens": settings["eval_max_tokens"],
+        "temperature": settings["eval_temperature"],
+        "batch_size": settings["eval_batch_size"],
+    }
     perturbed = generate_answers(model, tokenizer, [q["prompt"] for q in heldout], **ask)
     with_original = [q for q in heldout if "original_prompt" in q]
     originals = generate_answers(model, tokenizer, [q["original_prompt"] for q in with_original], **ask)
