@@ -39,9 +39,8 @@ def tables(smk) -> dict:
     if hasattr(inputs, "variant_summaries"):
         from stressprobe.cdv.search_report import value_ablation_table
 
-        built["cdv_value_ablation"] = value_ablation_table(
-            list(inputs.summaries), list(inputs.variant_summaries)
-        )
+        # variant_summaries holds each ablated cell's own summary and its variants' (cdv_variant_files).
+        built["cdv_value_ablation"] = value_ablation_table(list(inputs.variant_summaries))
     if hasattr(inputs, "benchmark"):
         built["cdv_benchmark"] = pr.benchmark_table(list(inputs.benchmark))
     return built

@@ -277,3 +277,20 @@ def test_batched_greedy_answers_are_those_of_one_question_at_a_time():
     assert batched == expected
     assert tokenizer.padding_side == side  # the tokenizer the trainer gets is left as it was
     assert generate_answers(model, tokenizer, prompts, max_tokens, 0, batch_size=1) == expected
+
+
+def test_the_papers_dpo_settings_make_a_trainer_config_on_a_host_without_a_gpu(tmp_path):
+    """config/paper.yaml's cdv.dpo as the job gets it: TRL's bf16 default refused to start without a GPU
+    (found by the rehearsal, tests/test_rehearsal.py)."""
+    import torch
+    import yaml
+
+    from stressprobe.cdv.dpo import dpo_config
+    from stressprobe.config import validate_config
+    from tests.support.helpers import ROOT
+
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text(encoding="utf-8"))
+    settings = validate_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml")["cdv"]["dpo"]
+    args = dpo_config(settings, str(tmp_path), 42)
+    assert args.use_cpu is (not torch.cuda.is_available())
+    assert args.learning_rate == 2.0e-4 and args.num_train_epochs == 5 and args.loss_type == ["sigmoid"]

@@ -14,6 +14,7 @@ answers each role of the paper's prompts in the format the prompt asks for, and 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -83,6 +84,27 @@ def _options(prompt: str) -> list[str] | None:
     return None
 
 
+@functools.cache
+def known_answers() -> dict[str, str]:
+    """question text -> the correct option's text, over the CDV samples here (the victim's knowledge)."""
+    answers = {}
+    for name in CDV_FILES:
+        for item in json.loads((SHARED / "data" / "cdv" / f"{name}.json").read_text(encoding="utf-8")):
+            answers[item["question"].strip()] = item["answer"]
+    return answers
+
+
+def victim_choice(prompt: str, options: list[str], h: float) -> str:
+    """The option a victim names: the correct one for 90 % of original questions and 50 % of questions
+    with added context (so that originals mostly pass and distractions flip some), else another."""
+    for question, answer in known_answers().items():
+        if question in prompt and answer in options:
+            right = h < (0.9 if f"Question: {question}\n" in prompt else 0.5)
+            others = [o for o in options if o != answer]
+            return answer if right or not others else others[int(unit_hash(h) * len(others))]
+    return options[int(h * len(options))]
+
+
 def role_responder(body: dict[str, Any], index: int) -> str:
     """The answer of each role of the paper's prompts, in the format that prompt asks for, from a hash of
     the request (deterministic; at temperature > 0 also of the sample index)."""
@@ -109,7 +131,7 @@ def role_responder(body: dict[str, Any], index: int) -> str:
     if "yes or no" in lower:
         return "yes" if h < 0.5 else "no"
     if options:
-        return f"Thinking it through, the answer is {options[int(h * len(options))]}."
+        return f"Thinking it through, the answer is {victim_choice(prompt, options, h)}."
     if re.search(r"answer:\s*[<(\[]?\s*(letter|[a-z]\b)", lower):
         letters = choice_letters(prompt)
         return f"Considering each option in turn.\nAnswer: {letters[int(h * len(letters))]}"

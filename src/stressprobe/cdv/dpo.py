@@ -238,10 +238,13 @@ def load_base_model(name: str, threads: int) -> tuple[Any, Any]:
 
 
 def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides: Any) -> Any:
-    """TRL's DPOConfig from `cdv.dpo` (lr, epochs, beta, loss type, batch size, length)."""
+    """TRL's DPOConfig from `cdv.dpo` (lr, epochs, beta, loss type, batch size, length). On a host without
+    a GPU it trains on the CPU (TRL's bf16 default otherwise refuses to start there)."""
+    import torch
     from trl import DPOConfig
 
     arguments = {
+        "use_cpu": not torch.cuda.is_available(),
         "output_dir": output_dir,
         "learning_rate": settings["learning_rate"],
         "num_train_epochs": settings["epochs"],
