@@ -361,6 +361,11 @@ rule analysis_persona_sources:
 
 rule analysis_vs_paper:
     input:
+        **(
+            {"table2": "results/tables/table2_check.csv"}
+            if config["analysis"]["table2_check"]
+            else {}
+        ),
         kappa=ANALYSIS_KAPPA,
         systems=ANALYSIS_SYSTEMS,
         values=config["analysis"]["vs_paper"]["values"],
@@ -403,7 +408,7 @@ rule analysis_table2_check:
     resources:
         **config["resources"]["small"],
     params:
-        sources=list(config["personas"]["sources"]),
+        sources=lambda w: config["analysis"]["table2_check"]["sources"],
         qid=lambda w: config["analysis"]["table2_check"]["qid"],
     script:
         "../../scripts/analysis_table2_check.py"
