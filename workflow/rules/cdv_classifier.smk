@@ -28,7 +28,7 @@ rule cdv_classifier:
     params:
         classifier=config["cdv"]["classifier"],
         models=cdv_models_of(cdv_classifier_roles()),
-        embedding=config["embedding"],
+        embedding=embedding_settings(),
         prices=cdv_cell_prices(),
         seed=config["seed"],
     script:
@@ -126,7 +126,7 @@ rule cdv_classifier_release:
     resources:
         **config["resources"]["embedding"],
     params:
-        embedding=config["embedding"],
+        embedding=embedding_settings(),
         threshold=config["cdv"]["classifier"]["threshold"],
     script:
         "../../scripts/cdv_classifier_release.py"
