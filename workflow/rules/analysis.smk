@@ -395,20 +395,25 @@ rule analysis_vs_paper:
         "../../scripts/analysis_vs_paper.py"
 
 
-rule analysis_table2_check:
-    input:
-        unpack(table2_check_inputs),
-    output:
-        **table_outputs("table2_check", "table2_check", "Persona study", "Reproduction"),
-    log:
-        "results/logs/analysis/table2_check.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        sources=lambda w: config["analysis"]["table2_check"]["sources"],
-        qid=lambda w: config["analysis"]["table2_check"]["qid"],
-    script:
-        "../../scripts/analysis_table2_check.py"
+# Only where the config turns the check on (its input function needs the key).
+if config["analysis"]["table2_check"]:
+
+    rule analysis_table2_check:
+        input:
+            unpack(table2_check_inputs),
+        output:
+            **table_outputs(
+                "table2_check", "table2_check", "Persona study", "Reproduction"
+            ),
+        log:
+            "results/logs/analysis/table2_check.log",
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        resources:
+            **config["resources"]["small"],
+        params:
+            sources=lambda w: config["analysis"]["table2_check"]["sources"],
+            qid=lambda w: config["analysis"]["table2_check"]["qid"],
+        script:
+            "../../scripts/analysis_table2_check.py"
