@@ -10,7 +10,8 @@ def main(smk):
     selections = {
         source: read_jsonl(path) for source, path in zip(smk.params.sources, smk.input.personas, strict=True)
     }
-    table = table2_check(selections, smk.params.qid, read_expected(smk.input.values))
+    expected = [row for row in read_expected(smk.input.values) if row["source"] in selections]
+    table = table2_check(selections, smk.params.qid, expected)
     tables.write_table(table, tables.stem(smk.output.table))
 
 

@@ -1,5 +1,7 @@
 """The vs_paper scorecard: the run's Figure 1 and Table 3-7 values beside the paper's published ones."""
 
+import pandas as pd
+
 from stressprobe.persona import analysis, vs_paper
 from stressprobe.snakemake_io import run_script
 from stressprobe.tables import stem
@@ -18,6 +20,10 @@ def main(smk):
         stem(smk.output.table),
         stem(smk.output.summary),
         smk.params.undefined_kappa,
+        # The Table 2 check's table, where the config turns it on.
+        pd.read_csv(table2, keep_default_na=False)
+        if (table2 := getattr(smk.input, "table2", None))
+        else None,
     )
 
 

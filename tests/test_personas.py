@@ -26,6 +26,7 @@ from stressprobe.persona.pools import (
     select_personas,
     uspersona_text,
 )
+from stressprobe.persona.table2 import normalise, sha256
 from tests.support.helpers import run_snakemake
 
 DEMOGRAPHICS = {
@@ -279,3 +280,22 @@ def test_workflow_builds_dataset_domains_and_personas(workdir):
     assert [(r["qid"], r["role"]) for r in records] == [(q, role) for q in ("q1", "q2") for role in ROLES]
     assert {r["qid"]: r["pid"] for r in records if r["role"] == "query"} == {"q1": "0", "q2": "1"}
     assert "Nothing to be done" in run_snakemake(workdir, target, configfile=config).stderr
+    # The Table 2 check on this run: stand-in "printed" personas of q1, by sha256 (none of the paper's text).
+    printed = {"query": "A nurse.", "domain": "a  nurse", "orthogonal": "A sailor."}
+    (inputs / "t2.tsv").write_text(
+        "source\trole\tprinted_sha256\tnormalised_sha256\n"
+        + "".join(f"personahub\t{r}\t{sha256(t)}\t{sha256(normalise(t))}\n" for r, t in printed.items())
+        + f"uspersona\tquery\t{sha256('x')}\t{sha256('x')}\n"  # a pool this run does not compare
+    )
+    settings = json.loads(config.read_text())
+    settings["analysis"] = {
+        "table2_check": {"dataset": "tiny", "qid": "q1", "values": "in/t2.tsv", "sources": ["personahub"]}
+    }
+    config.write_text(json.dumps(settings))
+    run_snakemake(workdir, "results/tables/table2_check.csv", configfile=config)
+    check = pd.read_csv(workdir / "results/tables/table2_check.csv", keep_default_na=False)
+    assert check[["role", "match", "text match"]].values.tolist() == [
+        ["query", "selected", "exact"],
+        ["domain", "selected", "normalised"],
+        ["orthogonal", "no", ""],
+    ]

@@ -16,7 +16,7 @@ import pytest
 from stressprobe.embedding import load_embedder
 from stressprobe.persona.pool_build import assemble, chunk_paths, embed_in_chunks
 from stressprobe.persona.pools import USPERSONA_PREFIX, iter_pool, read_persona_records, retrieve
-from tests.support.helpers import ROOT
+from tests.support.helpers import ROOT, make_workdir, run_snakemake, snakemake_command, workflow_env
 
 MODEL = "package:all_minilm_l6_v2/model.zip"
 CHUNK = 10
@@ -133,3 +133,45 @@ def test_blockwise_retrieval_is_the_exact_stable_top_k(orthogonal):
         found = retrieve(qids, queries, query_domains, domains, pool, 3, orthogonal, block_rows=block)
         assert {slot: [j for j, _ in c] for slot, c in found.items()} == expected, block
     assert expected[(0, "query")] == [3, 5, 20]
+
+
+def test_the_pool_job_killed_by_its_scheduler_resumes_from_its_chunks(tmp_path, pool_file):
+    """The persona_pool rule itself: SIGKILL snakemake and its job after the first chunk, rerun the target."""
+    workdir = make_workdir(tmp_path / "work")
+    config = workdir / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "embedding": {"pool_chunk": CHUNK, "pool_device": "cpu", "threads": 1},
+                "personas": {"sources": {"uspersona": {"kind": "uspersona", "path": str(pool_file)}}},
+            }
+        )
+    )
+    target = "results/personas/uspersona/pool.jsonl"
+    work = workdir / "results/personas/uspersona/chunks"
+    job = subprocess.Popen(
+        snakemake_command(workdir, config, target),
+        env=workflow_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    first = chunk_paths(work, 0)[1]
+    deadline = time.monotonic() + 300
+    while not first.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    finished = len(list(work.glob("*.npy")))
+    assert 1 <= finished < RECORDS // CHUNK, finished
+    # What a user does after a killed run: unlock, and run the target again.
+    run_snakemake(workdir, "--unlock", configfile=config)
+    run_snakemake(workdir, target, "--rerun-incomplete", configfile=config)
+    log = (workdir / "results/logs/personas/uspersona/pool.log").read_text()
+    assert log.count("embedded before, kept") == finished
+    assert not work.exists()  # removed once the outputs are complete
+    entries = list(iter_pool(read_persona_records(pool_file), "uspersona", "pool"))
+    assert [json.loads(line) for line in (workdir / target).read_text().splitlines()] == entries
+    vectors = np.load(workdir / "results/personas/uspersona/embeddings.npy")
+    expected = load_embedder(MODEL, threads=1).embed([e["text"] for e in entries])
+    np.testing.assert_allclose(vectors, expected, atol=2e-6)

@@ -222,3 +222,26 @@ def test_write_vs_paper_writes_the_scorecard_and_its_summary(tmp_path):
     assert summary["mean |difference|"] == pytest.approx((0.2 + 0.1) / 2)
     for ext in ("md", "tex"):
         assert (tmp_path / f"vs.{ext}").stat().st_size > 0
+
+
+def test_the_scorecard_summary_counts_the_table2_personas_matched(tmp_path):
+    systems, _ = systems_frame()
+    values = write_values(
+        tmp_path / "values.tsv", [("table6", "d", "m1", "", "", "mean_abs_rank", 1.2, 0.9, 1.5, "t6")]
+    )
+    table2 = pd.DataFrame({"match": ["selected", "candidate 2", "no", "selected", "no", "no"]})
+    bootstrap = {"resamples": 50, "seed": 1, "level": 0.95}
+    vs_paper.write_vs_paper(
+        values,
+        kappa_frame(),
+        systems,
+        0.9,
+        bootstrap,
+        {},
+        str(tmp_path / "vs"),
+        str(tmp_path / "sum"),
+        table2=table2,
+    )
+    summary = pd.read_csv(tmp_path / "sum.csv").set_index(["table", "metric"])
+    assert summary.loc[("table2", "persona_selected"), ["paper cells", "matched"]].tolist() == [6, 2]
+    assert summary.loc[("table2", "persona_in_top_k"), "matched"] == 3

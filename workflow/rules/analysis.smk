@@ -363,6 +363,11 @@ rule analysis_persona_sources:
 
 rule analysis_vs_paper:
     input:
+        **(
+            {"table2": "results/tables/table2_check.csv"}
+            if config["analysis"]["table2_check"]
+            else {}
+        ),
         kappa=ANALYSIS_KAPPA,
         systems=ANALYSIS_SYSTEMS,
         values=config["analysis"]["vs_paper"]["values"],
@@ -392,20 +397,25 @@ rule analysis_vs_paper:
         "../../scripts/analysis_vs_paper.py"
 
 
-rule analysis_table2_check:
-    input:
-        unpack(table2_check_inputs),
-    output:
-        **table_outputs("table2_check", "table2_check", "Persona study", "Reproduction"),
-    log:
-        "results/logs/analysis/table2_check.log",
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        sources=list(config["personas"]["sources"]),
-        qid=lambda w: config["analysis"]["table2_check"]["qid"],
-    script:
-        "../../scripts/analysis_table2_check.py"
+# Only where the config turns the check on (its input function needs the key).
+if config["analysis"]["table2_check"]:
+
+    rule analysis_table2_check:
+        input:
+            unpack(table2_check_inputs),
+        output:
+            **table_outputs(
+                "table2_check", "table2_check", "Persona study", "Reproduction"
+            ),
+        log:
+            "results/logs/analysis/table2_check.log",
+        localrule: True
+        conda:
+            "../../envs/analysis.yaml"
+        resources:
+            **config["resources"]["small"],
+        params:
+            sources=lambda w: config["analysis"]["table2_check"]["sources"],
+            qid=lambda w: config["analysis"]["table2_check"]["qid"],
+        script:
+            "../../scripts/analysis_table2_check.py"

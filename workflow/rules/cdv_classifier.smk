@@ -28,7 +28,7 @@ rule cdv_classifier:
     params:
         classifier=config["cdv"]["classifier"],
         models=cdv_models_of(cdv_classifier_roles()),
-        embedding=config["embedding"],
+        embedding=embedding_settings(),
         prices=cdv_cell_prices(),
         seed=config["seed"],
     script:
@@ -129,7 +129,7 @@ rule cdv_classifier_release:
     resources:
         **cdv_classifier_resources(),
     params:
-        embedding=config["embedding"],
+        embedding=embedding_settings(),
         threshold=config["cdv"]["classifier"]["threshold"],
         prompt_models=config["cdv"]["classifier"]["prompt_models"],
         models=cdv_models_of(config["cdv"]["classifier"]["prompt_models"]),

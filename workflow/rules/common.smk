@@ -89,6 +89,20 @@ def sorted_dict(value):
 # ---- tables and figures: every one is declared the same way in both studies ----
 
 
+# Only the pool jobs read how pools are embedded (device, chunk size): the other embedding jobs get the rest,
+# so that editing those keys reruns the pools alone.
+POOL_ONLY_EMBEDDING = ("pool_device", "pool_chunk")
+
+
+def embedding_settings():
+    """config["embedding"] without the pool jobs' own keys."""
+    return {
+        key: value
+        for key, value in config["embedding"].items()
+        if key not in POOL_ONLY_EMBEDDING
+    }
+
+
 def table_outputs(name, caption, category, subcategory, key="table"):
     """A table's outputs: `{key}` (CSV, in the report with its caption), `{key}_md` and `{key}_tex`."""
     return {

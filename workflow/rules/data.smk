@@ -25,9 +25,6 @@ rule prepare_dataset:
     params:
         dataset=dataset_params,
         seed=config["seed"],
-        representative=lambda w: config["analysis"]["representative_systems"].get(
-            w.dataset, []
-        ),
     script:
         "../../scripts/prepare_dataset.py"
 

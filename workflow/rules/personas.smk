@@ -51,7 +51,7 @@ rule select_personas:
         **config["resources"]["embedding"],
     params:
         candidates=config["personas"]["candidates"],
-        embedding=config["embedding"],
+        embedding=embedding_settings(),
         orthogonal=config["personas"]["orthogonal"],
     script:
         "../../scripts/select_personas.py"
@@ -90,6 +90,6 @@ rule domain_agreement:
         **config["resources"]["embedding"],
     params:
         datasets=domain_agreement_datasets(),
-        embedding=config["embedding"],
+        embedding=embedding_settings(),
     script:
         "../../scripts/domain_agreement.py"

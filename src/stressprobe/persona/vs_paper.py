@@ -357,11 +357,31 @@ def write_vs_paper(
     stem: str,
     summary_stem: str,
     undefined: str = "tie",
+    table2: pd.DataFrame | None = None,
 ) -> None:
-    """The reproduction scorecard: every published cell beside the run's, and a summary per metric."""
+    """The reproduction scorecard: every published cell beside the run's, and a summary per metric; with
+    the Table 2 check's table, the summary's `table2` rows count the printed personas the run selected
+    (`persona_selected`) and found among its candidates (`persona_in_top_k`)."""
     paper = read_paper_values(values_path)
     run = run_values(kappa, systems, phi, bootstrap, paper, names, undefined)
     table = vs_paper_table(paper.drop(columns="source"), run)
     table.insert(len(table.columns), "source", paper["source"].to_numpy())
     tables.write_table(table, stem, _DECIMALS)
-    tables.write_table(vs_paper_summary(table), summary_stem, _DECIMALS)
+    summary = vs_paper_summary(table)
+    if table2 is not None:
+        matched = table2["match"].astype(str)
+        rows = [
+            {
+                "table": "table2",
+                "metric": metric,
+                "paper cells": len(table2),
+                "covered": len(table2),
+                "matched": n,
+            }
+            for metric, n in (
+                ("persona_selected", int((matched == "selected").sum())),
+                ("persona_in_top_k", int((matched != "no").sum())),
+            )
+        ]
+        summary = pd.concat([summary, pd.DataFrame(rows)], ignore_index=True).astype({"matched": "Int64"})
+    tables.write_table(summary, summary_stem, _DECIMALS)

@@ -109,7 +109,7 @@ def table2_check_inputs(wildcards):
     return {
         "personas": [
             f"results/judging/{check['dataset']}/personas/{source}.jsonl"
-            for source in config["personas"]["sources"]
+            for source in check["sources"]
         ],
         "values": check["values"],
     }

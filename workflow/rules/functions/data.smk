@@ -52,4 +52,4 @@ def domain_inputs(wildcards):
 
 def domain_embedding(wildcards):
     """The embedding settings, only for datasets whose domains are assigned by similarity."""
-    return None if dataset_entry(wildcards.dataset)["domains"] else config["embedding"]
+    return None if dataset_entry(wildcards.dataset)["domains"] else embedding_settings()
