@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends import backend_identity
+from stressprobe.llm.failures import ModelRefused
 from tests.support.openai_server import OpenAIServer
 
 KEY_ENV = "STRESSPROBE_TEST_API_KEY"
@@ -59,13 +62,14 @@ def test_default_entry_sends_the_openai_shape_and_claude_needs_no_setting(tmp_pa
     assert body["model"] == "claude-3-5-sonnet-20241022"
 
 
-def test_logprobs_from_a_model_without_them_fail_without_a_call(tmp_path):
+def test_logprobs_from_a_model_without_them_stop_the_job_without_a_call(tmp_path):
+    # A study that reads logprobs would silently get none: a permanent failure (stressprobe.llm.failures).
     with OpenAIServer() as server:
         models = {"m": entry(server, "m", unsupported_params=["logprobs"])}
-        with open_client(models, "m", tmp_path / "c.sqlite") as client:
-            (response,) = client.generate([Request.chat(user="Give ##final score", logprobs=5)])
+        refused = pytest.raises(ModelRefused, match=r"config models\.m\.unsupported_params: .*no logprobs")
+        with open_client(models, "m", tmp_path / "c.sqlite") as client, refused:
+            client.generate([Request.chat(user="Give ##final score", logprobs=5)])
         assert server.total_requests == 0
-    assert "no logprobs" in response.error
 
 
 def test_api_shape_enters_the_cache_key_only_when_it_differs():

@@ -48,6 +48,7 @@ SHRUNK = {
     "cdv_truthfulqa": "TruthfulQA",
     "cdv_labels_train": "train_data",
     "cdv_labels_valid": "valid_data",
+    "cdv_dpo_test": "dpo_test",
 }
 API_KEYS = {"OPENAI_API_KEY": "sk-rehearsal", "ANTHROPIC_API_KEY": "sk-ant-rehearsal"}
 
@@ -66,6 +67,7 @@ PAPER_MODEL_RULES = {
 CDV_FILES = ("MMLU", "CommonsenseQA", "OpenbookQA", "TruthfulQA")
 CDV_QUESTIONS = 12
 RELEASE_ROWS = {"train_data": 24, "valid_data": 8}
+DPO_TEST_ROWS = 8  # the released DPO test set's first perturbed questions (Table 5's Orig. benchmark)
 DL20_STAND_IN_ORIGINS = ("bm25.run", "bm25-rm3.run", "splade-pp.run")
 RAG24_RUNS = ("iiia_standard_a", "iiia_standard_b", "ielab-dense", "bm25-seg", "splade-seg")
 
@@ -170,6 +172,9 @@ def shrunk_files(workdir: Path) -> dict[str, Path]:
         no = [r for r in rows if r["output"] == "No"][: n - len(yes)]
         out[name] = workdir / "data" / "rehearsal" / "cdv" / f"{name}.json"
         _write(out[name], json.dumps(yes + no, indent=1, ensure_ascii=False) + "\n")
+    rows = json.loads((data / "llm_cdv_release" / "dpo_test.json").read_text(encoding="utf-8"))[:DPO_TEST_ROWS]
+    out["dpo_test"] = workdir / "data" / "rehearsal" / "cdv" / "dpo_test.json"
+    _write(out["dpo_test"], json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
     return out
 
 
