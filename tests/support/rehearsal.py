@@ -172,7 +172,9 @@ def shrunk_files(workdir: Path) -> dict[str, Path]:
         no = [r for r in rows if r["output"] == "No"][: n - len(yes)]
         out[name] = workdir / "data" / "rehearsal" / "cdv" / f"{name}.json"
         _write(out[name], json.dumps(yes + no, indent=1, ensure_ascii=False) + "\n")
-    rows = json.loads((data / "llm_cdv_release" / "dpo_test.json").read_text(encoding="utf-8"))[:DPO_TEST_ROWS]
+    rows = json.loads((data / "llm_cdv_release" / "dpo_test.json").read_text(encoding="utf-8"))[
+        :DPO_TEST_ROWS
+    ]
     out["dpo_test"] = workdir / "data" / "rehearsal" / "cdv" / "dpo_test.json"
     _write(out["dpo_test"], json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
     return out
