@@ -215,6 +215,7 @@ def test_the_overlays_sources_keep_the_papers_commit_and_file_name():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # ~500 jobs on 2 cores: past pytest's 900 s default
 def test_the_whole_paper_dag_runs_to_completion_under_the_rehearsal(rehearsal_dir, tmp_path):
     """Every job of the paper's plan executes; every table and figure is written; no error record."""
     with role_server(), FileServer(rehearsal_dir / "served", FILES_PORT):
