@@ -116,7 +116,7 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
         "batch_size": 2,
         "max_length": 256,
         "lora_rank": None,
-        "eval_max_tokens": 4,
+        "eval_max_tokens": 1,
         "eval_temperature": 0.001,
         "eval_batch_size": 3,
     }
@@ -144,7 +144,10 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
     )
     # Retain on the originals of the same questions, and every cut-off answer counted
     assert evaluation["n_originals"] == len(heldout)
-    assert evaluation["truncated_before"] + evaluation["truncated_after"] > 0  # 4 tokens cut most answers
+    # At one token an answer is cut off exactly when that token is not the end of sequence, i.e. when its
+    # text (special tokens skipped) is not empty.
+    for when in ("before", "after"):
+        assert evaluation[f"truncated_{when}"] == sum(bool(a[when]) for a in result["answers"])
     losses = [entry["loss"] for entry in result["log_history"] if "loss" in entry]
     assert len(losses) == 3 and all(loss == loss for loss in losses)  # three steps, finite losses
     trained = result["trainer"].model.state_dict()
@@ -177,6 +180,7 @@ def test_lora_dpo_trains_only_the_adapter_of_a_toy_model(tmp_path):
         "lora_rank": 4,
         "eval_max_tokens": 4,
         "eval_temperature": 0.0,
+        "eval_batch_size": 3,
     }
     result = train_and_evaluate(
         model,
