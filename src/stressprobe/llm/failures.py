@@ -23,6 +23,10 @@ REASON_CHARS = 400
 # A provider's wording of a prompt that does not fit: OpenAI's and vLLM's "maximum context length", vLLM's
 # input processor's "maximum model length", llama.cpp's "exceed context window".
 TOO_LONG = re.compile(r"maximum (context|model) length|context[ _]length|context window", re.IGNORECASE)
+# A chat template's (or an API's) refusal of a system turn: Gemma-2's "System role not supported".
+SYSTEM_REFUSED = re.compile(
+    r"system role|system message|system turn|does not support 'system'", re.IGNORECASE
+)
 PARAMETER_CODES = {"unsupported_parameter", "unsupported_value"}
 MODEL_CODES = {"model_not_found"}
 
@@ -33,8 +37,8 @@ def is_transient(status: int | None) -> bool:
 
 
 def classify(status: int | None, code: str | None, message: str) -> str:
-    """The class of a failed call: "transient", or the permanent kind ("model", "context", "parameter",
-    "auth", "request"), from its HTTP status, the error's `code` and its message."""
+    """The class of a failed call: "transient", or the permanent kind ("model", "context", "system",
+    "parameter", "auth", "request"), from its HTTP status, the error's `code` and its message."""
     code = code if isinstance(code, str) else None
     if is_transient(status):
         return "transient"
@@ -44,6 +48,8 @@ def classify(status: int | None, code: str | None, message: str) -> str:
         return "auth"
     if code == "context_length_exceeded" or TOO_LONG.search(message):
         return "context"
+    if SYSTEM_REFUSED.search(message):
+        return "system"
     if code in PARAMETER_CODES or re.search(r"unsupported (parameter|value)", message, re.IGNORECASE):
         return "parameter"
     return "request"
@@ -53,6 +59,7 @@ def classify(status: int | None, code: str | None, message: str) -> str:
 WHAT = {
     "model": ("model", "is not served: retired, or a wrong id"),
     "context": ("", "cannot take a prompt this long"),
+    "system": ("system_role", "refuses a system turn"),
     "parameter": ("", "refuses a parameter of the request"),
     "auth": ("api_key_env", "was refused: the API key is not accepted for it"),
     "request": ("", "refuses the request as sent"),
@@ -60,6 +67,7 @@ WHAT = {
 FIX = {
     "model": "set models.{name}.model to an id the provider lists",
     "context": "shorten the inputs or use a model with a longer context",
+    "system": "set models.{name}.system_role: user to fold system turns into the first user turn",
     "parameter": "list it under models.{name}.unsupported_params (or set its token_limit_param or system_role)",
     "auth": "check the key in the environment variable models.{name}.api_key_env names",
     "request": "it fails the same way on every rerun; fix the model's registry entry or the inputs",
