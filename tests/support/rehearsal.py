@@ -265,7 +265,12 @@ def prepare_workdir(workdir: Path) -> Path:
     dl20_runs(workdir, paper["analysis"]["representative_systems"]["dl20"])
     rag24_stand_ins(workdir, [str(q) for q in overlay["judging"]["datasets"]["rag24"]["queries"]])
     cdv = paper["cdv"]
-    base_models = sorted({*cdv["classifier"]["lora"]["base_models"], *cdv["dpo"]["base_models"]})
+    # The training rules' base models load from the cache; the vLLM models (answered by the stand-in) need
+    # only be there, as the preflight checks on an offline node.
+    vllm_models = [m["model"] for m in paper["models"].values() if m["backend"] == "vllm"]
+    base_models = sorted(
+        {*cdv["classifier"]["lora"]["base_models"], *cdv["dpo"]["base_models"], *vllm_models}
+    )
     texts = [p.read_text(encoding="utf-8") for p in files.values()]
     hub_cache(workdir / "hf", base_models, texts)
     return workdir
