@@ -92,35 +92,23 @@ def test_retain_on_the_originals_is_the_share_still_wrong_after_of_those_wrong_b
     assert (evaluation["truncated_before"], evaluation["truncated_after"]) == (1, 0)
 
 
-@pytest.mark.slow
-def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after(tmp_path):
-    pytest.importorskip("trl", reason="the `dpo` extra (trl, datasets) is not installed")
-    import torch
-
-    from stressprobe.cdv.dpo import train_and_evaluate
-
-    perturbed, pairs = _pairs(10)
-    parts = split_pair_groups(pairs, 0.1, 0.2, 0)
-    originals = {p["qid"]: make_item(p["qid"]) for p in perturbed}
-    heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]}, originals)
-    assert all("original_prompt" in q and q["choices"] for q in heldout)
-    assert heldout and len(heldout) == len(parts["test"])
-    texts = [m["content"] for p in pairs for key in ("prompt", "chosen", "rejected") for m in p[key]]
-    model, tokenizer = toy_model_and_tokenizer(texts)
-    weights_before = {k: v.clone() for k, v in model.state_dict().items()}
-    settings = {
-        "learning_rate": 2e-4,
-        "epochs": 5,
+def toy_settings(**chosen):
+    """`cdv.dpo` at toy scale: the keys `train_and_evaluate` reads, with a test's own choices."""
+    return {
         "beta": 0.1,
         "loss_type": "sigmoid",
         "batch_size": 2,
         "max_length": 256,
-        "lora_rank": None,
-        "eval_max_tokens": 1,
-        "eval_temperature": 0.001,
         "eval_batch_size": 3,
+        **chosen,
     }
-    result = train_and_evaluate(
+
+
+def train_three_steps(model, tokenizer, parts, heldout, settings, tmp_path):
+    """Three DPO steps on the CPU, then the held-out questions before and after."""
+    from stressprobe.cdv.dpo import train_and_evaluate
+
+    return train_and_evaluate(
         model,
         tokenizer,
         parts["train"],
@@ -133,6 +121,26 @@ def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after
         use_cpu=True,
         logging_steps=1,
     )
+
+
+@pytest.mark.slow
+def test_dpo_trains_a_toy_model_and_evaluates_the_heldout_split_before_and_after(tmp_path):
+    pytest.importorskip("trl", reason="the `dpo` extra (trl, datasets) is not installed")
+    import torch
+
+    perturbed, pairs = _pairs(10)
+    parts = split_pair_groups(pairs, 0.1, 0.2, 0)
+    originals = {p["qid"]: make_item(p["qid"]) for p in perturbed}
+    heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]}, originals)
+    assert all("original_prompt" in q and q["choices"] for q in heldout)
+    assert heldout and len(heldout) == len(parts["test"])
+    texts = [m["content"] for p in pairs for key in ("prompt", "chosen", "rejected") for m in p[key]]
+    model, tokenizer = toy_model_and_tokenizer(texts)
+    weights_before = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = toy_settings(
+        learning_rate=2e-4, epochs=5, lora_rank=None, eval_max_tokens=1, eval_temperature=0.001
+    )
+    result = train_three_steps(model, tokenizer, parts, heldout, settings, tmp_path)
     evaluation = result["evaluation"]
     assert evaluation["n"] == len(heldout)
     # Recomputed from the answers: the share whose last "Answer: X" line names the right letter.
@@ -162,39 +170,16 @@ def test_lora_dpo_trains_only_the_adapter_of_a_toy_model(tmp_path):
     pytest.importorskip("trl", reason="the `dpo` extra (peft, trl) is not installed")
     import torch
 
-    from stressprobe.cdv.dpo import train_and_evaluate
-
     perturbed, pairs = _pairs(10)
     parts = split_pair_groups(pairs, 0.1, 0.2, 0)
     heldout = heldout_questions("toy", perturbed, {p["group"] for p in parts["test"]})
     texts = [m["content"] for p in pairs for key in ("prompt", "chosen", "rejected") for m in p[key]]
     model, tokenizer = toy_model_and_tokenizer(texts)
     base_before = {k: v.clone() for k, v in model.state_dict().items()}
-    settings = {
-        "learning_rate": 1e-2,
-        "epochs": 1,
-        "beta": 0.1,
-        "loss_type": "sigmoid",
-        "batch_size": 2,
-        "max_length": 256,
-        "lora_rank": 4,
-        "eval_max_tokens": 4,
-        "eval_temperature": 0.0,
-        "eval_batch_size": 3,
-    }
-    result = train_and_evaluate(
-        model,
-        tokenizer,
-        parts["train"],
-        parts["validation"],
-        heldout,
-        settings,
-        str(tmp_path / "out"),
-        0,
-        max_steps=3,
-        use_cpu=True,
-        logging_steps=1,
+    settings = toy_settings(
+        learning_rate=1e-2, epochs=1, lora_rank=4, eval_max_tokens=4, eval_temperature=0.0
     )
+    result = train_three_steps(model, tokenizer, parts, heldout, settings, tmp_path)
     trained = result["trainer"].model
     adapter = {k: v for k, v in trained.state_dict().items() if "lora_" in k}
     assert adapter and all(".lora_A.default." in k or ".lora_B.default." in k for k in adapter)
