@@ -32,18 +32,23 @@ def judging_requests(count: int, tag: str) -> list[Request]:
     ]
 
 
-def measure(base_url: str, concurrency: int, calls: int, cache_dir: Path) -> float:
-    """calls/s of one client at `concurrency`, all requests new."""
-    models = {
+def bench_models(base_url: str, concurrency: int, timeout_s: float = 30) -> dict:
+    """The registry of one model `bench` on the test server (no key needed)."""
+    return {
         "bench": {
             "backend": "openai",
             "model": "test-model",
             "base_url": base_url,
             "api_key_env": "BENCH_UNSET_KEY",
             "concurrency": concurrency,
-            "timeout_s": 30,
+            "timeout_s": timeout_s,
         }
     }
+
+
+def measure(base_url: str, concurrency: int, calls: int, cache_dir: Path) -> float:
+    """calls/s of one client at `concurrency`, all requests new."""
+    models = bench_models(base_url, concurrency)
     requests = judging_requests(calls, f"c{concurrency}")
     with open_client(models, "bench", cache_dir / f"c{concurrency}.sqlite") as client:
         client.generate(judging_requests(concurrency, "warmup"))  # open the connections

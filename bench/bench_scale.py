@@ -48,21 +48,9 @@ def pairs(count: int) -> tuple[list[dict], dict[str, str]]:
     return summaries, topics
 
 
-def models(base_url: str, concurrency: int) -> dict:
-    return {
-        "bench": {
-            "backend": "openai",
-            "model": "test-model",
-            "base_url": base_url,
-            "api_key_env": "BENCH_UNSET_KEY",
-            "concurrency": concurrency,
-            "timeout_s": 60,
-        }
-    }
-
-
 def run_layer(base_url: str, count: int, concurrency: int, workdir: Path) -> dict:
     """One judge cell of `count` pairs through the layer; seconds from the first request to the last file."""
+    from bench.bench_api import bench_models
     from stressprobe.io import write_jsonl
     from stressprobe.llm import open_client
     from stressprobe.persona.data import format_qrels
@@ -72,7 +60,7 @@ def run_layer(base_url: str, count: int, concurrency: int, workdir: Path) -> dic
     personas = dict.fromkeys(topics)
     settings = JudgeSettings(TEMPLATE, max_tokens=8)
     start = time.perf_counter()
-    with open_client(models(base_url, concurrency), "bench", workdir / "cache") as client:
+    with open_client(bench_models(base_url, concurrency, timeout_s=60), "bench", workdir / "cache") as client:
         records = judge_cell(client, summaries, topics, personas, settings)
         write_jsonl(workdir / "cell.jsonl", records)
         (workdir / "cell.qrels").write_text(format_qrels(judgment_qrels(records)))
