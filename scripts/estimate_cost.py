@@ -5,8 +5,9 @@ from pathlib import Path
 from stressprobe.cdv.benchmark import read_benchmark
 from stressprobe.cdv.cost_bounds import cdv_benchmark_estimates, cdv_estimates
 from stressprobe.cdv.jobs import job_prompts
-from stressprobe.cost import CacheView, judging_estimates, write_estimate
+from stressprobe.cost import CacheView, write_estimate
 from stressprobe.io import read_jsonl
+from stressprobe.persona.cost_estimate import judging_estimates
 from stressprobe.persona.data import read_topics
 from stressprobe.persona.prompts import load_judge_template, load_summary_template
 from stressprobe.preflight import run_preflight

@@ -20,12 +20,12 @@ from stressprobe.cost import (
     estimate_cell,
     estimate_csv,
     estimate_markdown,
-    judging_estimates,
     prompt_tokens,
 )
 from stressprobe.errors import StressprobeError
 from stressprobe.llm import Request, open_client
 from stressprobe.llm.backends import backend_identity, open_backend
+from stressprobe.persona.cost_estimate import judging_estimates
 from stressprobe.persona.judging import JudgeSettings, judge_cell, summarize_pairs
 from stressprobe.persona.prompts import load_template
 from tests.support.helpers import ROOT

@@ -1,14 +1,14 @@
 """The bill before spending it: calls, tokens and dollars each cell still needs, the cache taken into account.
 
-Judging cells: their requests are built with the same library functions the jobs use, so their cache keys
-are the keys the jobs will look up; requests already in the cache cost nothing. CDV cells are adaptive (a
-search asks what earlier answers call for), so they are bounded from the search settings instead
-(stressprobe.cdv.cost_bounds): every allowed expansion happens, every question grows to the longest
-allowed, the cache is not consulted. Token
-counts are estimates:
-prompt tokens from the text length (about 4 characters per token for English, plus the chat format's
-per-message overhead), completion tokens as the requested maximum (an upper bound; judges and summarizers
-stop earlier).
+The study-independent half: the bill's row, token and price estimates, the cache view, and the writer of
+the bill with its per-model sums, overlap and preflight. Each study prices its own cells with it:
+stressprobe.persona.cost_estimate builds the judging cells' requests with the same library functions the
+jobs use, so their cache keys are the keys the jobs will look up and requests already in the cache cost
+nothing; stressprobe.cdv.cost_bounds bounds the adaptive CDV cells (a search asks what earlier answers call
+for) from the search settings: every allowed expansion happens, every question grows to the longest
+allowed, the cache is not consulted. Token counts are estimates: prompt tokens from the text length (about
+4 characters per token for English, plus the chat format's per-message overhead), completion tokens as the
+requested maximum (an upper bound; judges and summarizers stop earlier).
 """
 
 from __future__ import annotations
@@ -23,21 +23,11 @@ from typing import Any
 
 from stressprobe.bill import model_bills, model_bills_csv, model_bills_markdown
 from stressprobe.io import atomic_write
-from stressprobe.llm import Request, answer_prefill
+from stressprobe.llm import Request
 from stressprobe.llm.backends import backend_identity
 from stressprobe.llm.cache import ResponseCache, cache_exists, cache_key
 from stressprobe.llm.usage import cost_usd, effective_price
 from stressprobe.overlap import Ask, overlap_csv, overlap_markdown, overlap_rows
-from stressprobe.persona.judging import (
-    JudgeSettings,
-    condition_personas,
-    is_retrieved,
-    judgeable,
-    passage_record,
-    persona_delivery,
-    split_condition,
-    summary_requests,
-)
 from stressprobe.preflight import Finding, model_status, preflight_markdown
 
 CHARS_PER_TOKEN = 4
@@ -109,12 +99,13 @@ def estimate_cell(
     requests: Sequence[Request],
     cache: CacheView,
     asks: list[Ask] | None = None,
+    rule: str = "",
 ) -> CellEstimate:
-    """Count a cell's distinct requests, drop the cached ones, and price the rest (its asks go to `asks`)."""
+    """Count a cell's distinct requests, drop the cached ones, and price the rest (its asks go to `asks`,
+    under `rule`: the rule whose job sends them, for the overlap count)."""
     identity = backend_identity(model, entry)
     unique = dict(zip((cache_key(identity, r) for r in requests), requests, strict=True))
     if asks is not None:
-        rule = "summarize" if cell == "summarize" else "judge"
         asks += [Ask(rule, model, f"{dataset} {cell} {model}", key) for key in unique]
     done = cache.cached(list(unique))
     todo = [r for key, r in unique.items() if key not in done]
@@ -133,80 +124,6 @@ def estimate_cell(
         cost_usd=round(price_usd(entry, prompt, completion), 4),
         longest_request=max((prompt_tokens(r) + r.max_tokens for r in unique.values()), default=0),
     )
-
-
-def stand_in_summaries(pairs: Iterable[Mapping[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
-    """Summaries not written yet: the passage cut or padded to the summary's maximum length (an upper bound).
-
-    Built from each passage so that distinct pairs stay distinct requests, as their real summaries will be.
-    """
-    size = max_tokens * CHARS_PER_TOKEN
-    return [
-        {"qid": p["qid"], "docid": p["docid"], "summary": p["passage"][:size].ljust(size), "status": "ok"}
-        for p in pairs
-    ]
-
-
-def judged_texts(
-    pairs: Sequence[Mapping[str, Any]],
-    summaries: Sequence[Mapping[str, Any]] | None,
-    summarized: bool,
-    summary_max_tokens: int,
-) -> list[Mapping[str, Any]]:
-    """What the judges will read: the passages, the summaries when they exist, else stand-ins."""
-    if not summarized:
-        return [passage_record(pair) for pair in pairs]
-    if summaries is not None:
-        return judgeable(summaries)
-    return stand_in_summaries(pairs, summary_max_tokens)
-
-
-def judging_estimates(
-    dataset: str,
-    pairs: Sequence[Mapping[str, Any]],
-    topics: Mapping[str, str],
-    summaries: Sequence[Mapping[str, Any]] | None,
-    persona_tables: Mapping[str, tuple[list[dict[str, Any]], str]],
-    judging: Mapping[str, Any],
-    fixed_personas: Mapping[str, str],
-    summarizer: str | None,
-    models: Mapping[str, Mapping[str, Any]],
-    templates: Mapping[str, str | None],
-    cache: CacheView,
-    deliveries: Mapping[str, str] | None = None,
-    asks: list[Ask] | None = None,
-) -> list[CellEstimate]:
-    """The summarize cell (when the dataset is summarized) and every judge cell of one dataset.
-
-    `persona_tables` maps a retrieved source to (its persona selection records, the file they came from).
-    """
-    rows = []
-    if summarizer is not None:
-        requests = summary_requests(pairs, topics, templates["summary"], judging["summary_max_tokens"])
-        rows.append(
-            estimate_cell(
-                "judging", dataset, "summarize", summarizer, models[summarizer], requests, cache, asks
-            )
-        )
-    texts = judged_texts(pairs, summaries, summarizer is not None, judging["summary_max_tokens"])
-    for condition in judging["conditions"]:
-        source, role = split_condition(condition)
-        records, path = persona_tables[source] if is_retrieved(source) else (None, "")
-        personas = condition_personas(topics, source, role, fixed_personas, records, path)
-        for model in judging["models"]:
-            settings = JudgeSettings(
-                templates["judge"],
-                judging["judge_max_tokens"],
-                judging["logprobs"],
-                answer_prefill(models[model], judging["answer_prefix"]),
-                system=templates.get("judge_system"),
-                delivery=persona_delivery(source, role, deliveries or {}),
-            )
-            requests = settings.cell_requests(texts, topics, personas)
-            rows.append(
-                estimate_cell("judging", dataset, condition, model, models[model], requests, cache, asks)
-            )
-    return rows
 
 
 def bound_row(
