@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import math
 
 import numpy as np
@@ -102,3 +105,26 @@ def test_stem_and_paths():
 def test_markdown_escapes_pipes():
     text = tables.render_markdown(pd.DataFrame({"a|b": ["x|y"]}))
     assert "a\\|b" in text and "x\\|y" in text
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str
+    calls: int
+    usd: float | None
+
+
+def test_records_csv_writes_values_as_python_prints_them_and_none_empty():
+    rows = [Row("a, b", 3, 0.125), Row("c", 0, None)]
+    text = tables.records_csv(Row, rows)
+    assert text == 'name,calls,usd\n"a, b",3,0.125\nc,0,\n'
+    assert list(csv.DictReader(io.StringIO(tables.records_csv(Row, [])))) == []
+
+
+def test_records_markdown_formats_only_the_named_columns():
+    rows = [Row("a", 3, 0.125), Row("b", 10**6, None)]
+    assert tables.records_markdown(Row, rows) == (
+        "| name | calls | usd |\n|---|---|---|\n| a | 3 | 0.125 |\n| b | 1000000 | None |\n"
+    )
+    money = tables.records_markdown(Row, rows, {"usd": ".2f"})
+    assert money.splitlines()[2:] == ["| a | 3 | 0.12 |", "| b | 1000000 | - |"]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from stressprobe.llm.usage import BATCH_PRICE_FACTOR, cost_usd, effective_price
+from stressprobe.tables import records_csv, records_markdown
 
 
 @dataclass(frozen=True)
@@ -84,23 +83,12 @@ def model_bills(
 
 def model_bills_csv(bills: Sequence[ModelBill]) -> str:
     """The per-model bill as CSV (empty cells where a backend has no batch price or GPU hours)."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(ModelBill)], lineterminator="\n")
-    writer.writeheader()
-    for bill in bills:
-        writer.writerow({k: "" if v is None else v for k, v in asdict(bill).items()})
-    return out.getvalue()
+    return records_csv(ModelBill, bills)
 
 
 def model_bills_markdown(bills: Sequence[ModelBill]) -> str:
-    names = [f.name for f in fields(ModelBill)]
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    for bill in bills:
-        values = asdict(bill)
-        for key in ("sync_usd", "batch_usd", "billed_usd"):
-            values[key] = "-" if values[key] is None else f"{values[key]:.2f}"
-        values["gpu_hours"] = "-" if bill.gpu_hours is None else f"{bill.gpu_hours:.2f}"
-        lines.append("| " + " | ".join(str(values[n]) for n in names) + " |")
+    two_decimals = dict.fromkeys(("sync_usd", "batch_usd", "billed_usd", "gpu_hours"), ".2f")
+    table = records_markdown(ModelBill, bills, two_decimals)
     notes = (
         "\nPer model: `sync_usd` at the list price, `batch_usd` at the Batch API's rate "
         "(`batch_price_factor`, OpenAI-compatible APIs only), `billed_usd` what this config pays (the batch "
@@ -109,4 +97,4 @@ def model_bills_markdown(bills: Sequence[ModelBill]) -> str:
         "is configured. `preflight`: its verdict on the model (`ok`, `warning`, `error`; details below; `-`: "
         "nothing to check, e.g. llama.cpp). CDV rows are upper bounds, so these sums are too where a model has CDV work.\n"
     )
-    return "\n".join(lines) + "\n" + notes
+    return table + notes

@@ -13,11 +13,9 @@ requested maximum (an upper bound; judges and summarizers stop earlier).
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from stressprobe.llm.cache import ResponseCache, cache_exists, cache_key
 from stressprobe.llm.usage import cost_usd, effective_price
 from stressprobe.overlap import Ask, overlap_csv, overlap_markdown, overlap_rows
 from stressprobe.preflight import Finding, model_status, preflight_markdown
+from stressprobe.tables import records_csv, records_markdown
 
 CHARS_PER_TOKEN = 4
 # OpenAI's counting recipe for chat prompts: each message carries ~4 tokens of role and separators, and
@@ -161,22 +160,12 @@ def total_row(rows: Sequence[CellEstimate]) -> CellEstimate:
 
 def estimate_csv(rows: Sequence[CellEstimate]) -> str:
     """The bill as CSV: one row per cell, then the total."""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(CellEstimate)], lineterminator="\n")
-    writer.writeheader()
-    for row in [*rows, total_row(rows)]:
-        writer.writerow(asdict(row))
-    return out.getvalue()
+    return records_csv(CellEstimate, [*rows, total_row(rows)])
 
 
 def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
     """The bill as a Markdown table with the assumptions it rests on."""
-    names = [f.name for f in fields(CellEstimate)]
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    for row in [*rows, total_row(rows)]:
-        values = asdict(row)
-        values["cost_usd"] = f"{row.cost_usd:.2f}"
-        lines.append("| " + " | ".join(str(values[n]) for n in names) + " |")
+    table = records_markdown(CellEstimate, [*rows, total_row(rows)], {"cost_usd": ".2f"})
     notes = (
         "\nCalls already in the response cache cost nothing and are not counted in `to_call`. "
         "Rows `cdv (bound)` are upper bounds from the search settings (adaptive searches; the cache is not "
@@ -186,7 +175,7 @@ def estimate_markdown(rows: Sequence[CellEstimate]) -> str:
         "overhead; completion tokens are the requested maximum (an upper bound). Judge cells of datasets "
         "whose summaries do not exist yet are priced with summaries of the maximum summary length.\n"
     )
-    return "\n".join(lines) + "\n" + notes
+    return table + notes
 
 
 def write_estimate(

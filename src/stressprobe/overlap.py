@@ -14,10 +14,10 @@ cdv_eval_originals, or the model's grouped vLLM job), so that they repeat nothin
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
+
+from stressprobe.tables import records_csv, records_markdown
 
 
 @dataclass(frozen=True)
@@ -82,23 +82,15 @@ def total_overlap(rows: Sequence[OverlapRow]) -> OverlapRow:
 
 
 def overlap_csv(rows: Sequence[OverlapRow]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(OverlapRow)], lineterminator="\n")
-    writer.writeheader()
-    for row in [*rows, total_overlap(rows)]:
-        writer.writerow(asdict(row))
-    return out.getvalue()
+    return records_csv(OverlapRow, [*rows, total_overlap(rows)])
 
 
 def overlap_markdown(rows: Sequence[OverlapRow]) -> str:
-    names = [f.name for f in fields(OverlapRow)]
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    for row in [*rows, total_overlap(rows)]:
-        lines.append("| " + " | ".join(str(v) for v in asdict(row).values()) + " |")
+    table = records_markdown(OverlapRow, [*rows, total_overlap(rows)])
     notes = (
         "\nPer rule and model: `asks` (job, request) pairs, `distinct` requests, `shared` those that another "
         "job asks too, `repeats` the asks of a request an earlier job asks (paid once: a cache hit or a wait "
         "on the first job's claim). CDV rows count only requests fixed before any answer (the originals; "
         "`cdv_eval`: one originals job per dataset, evaluated model and setting).\n"
     )
-    return "\n".join(lines) + "\n" + notes
+    return table + notes

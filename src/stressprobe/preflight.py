@@ -11,13 +11,11 @@ prompt the config sends (estimated as in the cost estimate). Each problem is one
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from stressprobe.config import referenced_models
 from stressprobe.errors import StressprobeError
 from stressprobe.llm.backends import run_entry
 from stressprobe.llm.backends.openai_protocol import KEYLESS_PLACEHOLDER, OPENAI_BASE_URL
+from stressprobe.tables import records_csv
 
 ANTHROPIC_VERSION = "2023-06-01"
 # Hosts of paid APIs: a key is required there; a self-hosted server may have none (as the backend allows).
@@ -338,12 +337,7 @@ def report_and_stop(findings: Sequence[Finding]) -> None:
 
 
 def preflight_csv(findings: Sequence[Finding]) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(Finding)], lineterminator="\n")
-    writer.writeheader()
-    for finding in findings:
-        writer.writerow(asdict(finding))
-    return out.getvalue()
+    return records_csv(Finding, findings)
 
 
 def preflight_markdown(findings: Sequence[Finding]) -> str:

@@ -1,4 +1,5 @@
-"""Writing a table as CSV, Markdown and LaTeX, deterministically (same frame → byte-identical files)."""
+"""Writing a table as CSV, Markdown and LaTeX, deterministically (same frame → byte-identical files); and
+rows of a dataclass (the bill's: stressprobe.cost, bill, overlap) as CSV and a plain Markdown table."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import csv
 import io
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -86,6 +89,10 @@ def render_csv(frame: pd.DataFrame) -> str:
     return buffer.getvalue()
 
 
+def _pipe_row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def render_markdown(
     frame: pd.DataFrame, decimals: Mapping[str, int] | None = None, bold: pd.DataFrame | None = None
 ) -> str:
@@ -93,10 +100,37 @@ def render_markdown(
     cells = _emphasize(formatted(frame, decimals), bold, "**{}**")
     escape = lambda text: text.replace("|", r"\|")  # noqa: E731
     lines = [
-        "| " + " | ".join(escape(str(c)) for c in frame.columns) + " |",
+        _pipe_row(escape(str(c)) for c in frame.columns),
         "|" + "|".join("---:" if numeric else ":---" for numeric in _numeric_columns(frame)) + "|",
     ]
-    lines += ["| " + " | ".join(escape(cell) for cell in row) + " |" for row in cells]
+    lines += [_pipe_row(escape(cell) for cell in row) for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def records_csv(kind: type, rows: Iterable[Any]) -> str:
+    """Rows of the dataclass `kind` as CSV: a header of its fields, each value as Python prints it (None
+    as an empty cell), `\\n` line ends."""
+    names = [f.name for f in fields(kind)]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(names)
+    writer.writerows([getattr(row, name) for name in names] for row in rows)
+    return buffer.getvalue()
+
+
+def records_markdown(kind: type, rows: Iterable[Any], formats: Mapping[str, str] | None = None) -> str:
+    """Rows of the dataclass `kind` as a plain pipe table: each value as Python prints it, or, in a column
+    of `formats`, with that format spec (`-` where the value is None)."""
+    names = [f.name for f in fields(kind)]
+    formats = formats or {}
+
+    def cell(name: str, value: Any) -> str:
+        if name not in formats:
+            return str(value)
+        return "-" if value is None else format(value, formats[name])
+
+    lines = [_pipe_row(names), "|" + "---|" * len(names)]
+    lines += [_pipe_row(cell(name, getattr(row, name)) for name in names) for row in rows]
     return "\n".join(lines) + "\n"
 
 
