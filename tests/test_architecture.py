@@ -84,3 +84,16 @@ def test_the_check_sees_every_form_of_import():
         "stressprobe.llm.persona"
     }
     assert package_of(PACKAGE / "llm" / "backends" / "vllm.py") == "stressprobe.llm.backends"
+
+
+def test_the_tests_do_not_import_the_benchmarks():
+    """Test helpers live in tests/support (bench/ may use them, not the other way round)."""
+    files = sorted((ROOT / "tests").rglob("*.py"))
+    assert files, "the tests were not found"
+    importing = [
+        f"{path.relative_to(ROOT)} -> {module}"
+        for path in files
+        for module in sorted(imported_modules(path.read_text(), "tests"))
+        if module == "bench" or module.startswith("bench.")
+    ]
+    assert importing == []

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from bench.bench_overlap import paper_overlap
 from stressprobe.cdv.evaluate import cell_originals, eval_items, evaluate, union_questions
 from stressprobe.cdv.prompt_file import OWN
 from stressprobe.config import validate_config
@@ -14,6 +13,7 @@ from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
 from stressprobe.llm import answer_prefill, open_client
 from tests.support.helpers import ROOT, TINY_CONFIG, run_snakemake
+from tests.support.paper_dag import paper_overlap
 
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 MODEL = "smollm2-135m"

@@ -491,7 +491,7 @@ def test_table2_filters_other_victims_searches_with_the_classifiers_scores():
 def test_a_filter_or_table2_the_grid_cannot_serve_is_a_one_line_error(tmp_path, change, message):
     import yaml
 
-    from bench.bench_dag import PAPER_CONFIG, dry_run, make_paper_workdir
+    from tests.support.paper_dag import PAPER_CONFIG, dry_run, make_paper_workdir
 
     config = yaml.safe_load(PAPER_CONFIG.read_text(encoding="utf-8"))
     change(config["cdv"])

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import csv
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.support.helpers import ROOT, SNAKEMAKE, TINY_CONFIG, run_snakemake, workflow_env
-
-sys.path.insert(0, str(ROOT / "bench"))
-from bench.bench_dag import dry_run, job_counts, make_paper_workdir  # noqa: E402
+from tests.support.paper_dag import dry_run, job_counts, make_paper_workdir
 
 DEMO_CONFIG = ROOT / "config" / "config.yaml"
 

@@ -187,12 +187,7 @@ def rehearsal_dir(tmp_path_factory):
 
 
 def paper_dry_run_rules(tmp_path) -> dict[str, int]:
-    import sys
-
-    from tests.support.helpers import ROOT
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from bench.bench_dag import dry_run, make_paper_workdir
+    from tests.support.paper_dag import dry_run, make_paper_workdir
 
     proc = dry_run(make_paper_workdir(tmp_path / "paper"))[0]
     assert proc.returncode == 0, proc.stderr[-4000:]

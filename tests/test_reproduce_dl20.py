@@ -17,8 +17,8 @@ import pytrec_eval
 import yaml
 from scipy import stats
 
-from bench.bench_dag import job_counts  # (the dry-run table parser the DAG benchmark uses)
 from tests.support.helpers import ROOT, make_workdir, run_snakemake, shared_data
+from tests.support.paper_dag import job_counts
 
 CONFIG = ROOT / "config" / "reproduce-dl20.yaml"
 GRADES = (0, 1, 2, 3)

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.bench_dag import job_counts
 from tests.support.api_workdir import (
     KEY_ENV,
     run_workflow,
@@ -28,6 +27,7 @@ from tests.support.api_workdir import (
 )
 from tests.support.helpers import ROOT, make_workdir, run_snakemake
 from tests.support.openai_server import OpenAIServer
+from tests.support.paper_dag import job_counts
 from tests.support.vllm_real import engine_entry, engine_log, require, run_in_env
 
 STANDIN = ROOT / "tests" / "support" / "vllm_standin"

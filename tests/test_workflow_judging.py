@@ -8,11 +8,11 @@ import pytest
 import pytrec_eval
 import yaml
 
-from bench.bench_dag import job_counts  # (the dry-run table parser the DAG benchmark uses)
 from stressprobe.io import read_jsonl
 from stressprobe.persona.data import read_qrels, read_run, read_run_names, read_topics
 from stressprobe.persona.evaluation import read_ndcg_table
 from tests.support.helpers import ROOT, TINY_CONFIG, run_snakemake, shared_data
+from tests.support.paper_dag import job_counts
 
 MODEL = "smollm2-135m"
 JUDGMENT_KEYS = {"qid", "docid", "label", "raw", "status", "probs", "expected", "persona"}
