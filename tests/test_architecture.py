@@ -1,5 +1,6 @@
-"""The mirror rule: two studies (stressprobe.persona, stressprobe.cdv) over one shared core that imports
-neither, and neither study imports the other (README.md, Layout)."""
+"""The mirror rule (README.md, Layout): two studies (stressprobe.persona, stressprobe.cdv) over one shared
+core that imports neither, neither study importing the other; test helpers in tests/support, never in bench/;
+and the Layout section listing every module of the library."""
 
 from __future__ import annotations
 
@@ -97,3 +98,31 @@ def test_the_tests_do_not_import_the_benchmarks():
         if module == "bench" or module.startswith("bench.")
     ]
     assert importing == []
+
+
+def layout_paths() -> set[str]:
+    """The paths README.md's Layout section lists: one entry a line in its code block, each folder's
+    entries indented two spaces under it (continuation lines, indented further, name nothing)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("\n## Layout\n") :]
+    block = section.split("```")[1]
+    stack: list[str] = []
+    paths = set()
+    for line in block.splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        if not line.strip() or depth > 8:
+            continue
+        stack[depth:] = [line.split()[0]]
+        paths.add("".join(stack))
+    return paths
+
+
+def test_the_readmes_layout_lists_every_module_of_the_library():
+    modules = {
+        str(path.relative_to(ROOT))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py"  # a package's face: its folder's line stands for it
+    }
+    listed = {path for path in layout_paths() if path.startswith("src/stressprobe/") and path.endswith(".py")}
+    assert sorted(modules - listed) == [], "modules missing from README.md's Layout"
+    assert sorted(p for p in listed if not (ROOT / p).is_file()) == [], "Layout lists modules that are gone"
