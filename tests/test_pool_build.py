@@ -202,6 +202,11 @@ def test_a_pool_job_projected_over_its_runtime_stops_at_its_first_chunk_and_keep
             == 4
         )
     assert calls == [10, 10, 10, 10]  # resumed after the kept chunk; the projection fits this time
+    with caplog.at_level("INFO"):
+        embed_in_chunks(
+            iter(entries), tmp_path / "u", 40, embed, {"s": 1}, Budget(None, 0.001, time.monotonic())
+        )
+    assert "texts/s (the pool's size is unknown: no projection)" in caplog.text  # never stops without a size
     assert re.search(r"first chunk: \d+\.\d texts/s; 40 texts projected to take 0\.\d min", caplog.text)
 
 

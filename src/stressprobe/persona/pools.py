@@ -284,12 +284,17 @@ def pool_size(source: Mapping[str, Any]) -> int | None:
 
 
 def hf_split_size(source: Mapping[str, Any]) -> int | None:
-    """The split's size from the dataset's builder info at its revision; None when the info lacks it."""
+    """The split's size from the dataset's builder info at its revision; None when the info lacks it or
+    cannot be read (the size only feeds the projection: the records are streamed either way)."""
     from datasets import load_dataset_builder
 
-    info = load_dataset_builder(
-        source["hf_dataset"], source.get("hf_config"), revision=source.get("revision")
-    ).info
+    try:
+        info = load_dataset_builder(
+            source["hf_dataset"], source.get("hf_config"), revision=source.get("revision")
+        ).info
+    except Exception as exc:  # noqa: BLE001 - any failure only loses the projection, and is logged
+        log.warning("%s: its size could not be read (%s): no projected time", source["hf_dataset"], exc)
+        return None
     split = (info.splits or {}).get(source["hf_split"])
     return split.num_examples if split is not None and split.num_examples else None
 
