@@ -6,7 +6,9 @@ Embeds `--n` synthetic persona texts (USPersona-shaped: "A persona with the foll
 skills each) through the pool job's own path (`iter_pool` → `embed_in_chunks` → `assemble`), then times exact
 top-3 retrieval (the three roles of 86 queries) over `--retrieval` random unit vectors memory-mapped from
 disk. Prints texts/s, the process's peak resident memory (and the GPU's peak where one is used) and the
-retrieval time; bench/RESULTS.md keeps the figures and the sizing derived from them.
+retrieval time, and what a run needs to fit config/paper.yaml's `resources.persona_pool` (the texts/s that
+`--rows` pool texts need within its runtime, beside the measured rate); bench/RESULTS.md keeps the figures
+and the sizing derived from them.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from stressprobe.embedding import cuda_available, load_embedder
 from stressprobe.persona.pool_build import assemble, embed_in_chunks
 from stressprobe.persona.pools import iter_pool, retrieve
 
 MODEL = "package:all_minilm_l6_v2/model.zip"
+PAPER = Path(__file__).resolve().parent.parent / "config" / "paper.yaml"
 SKILLS = [
     "project management",
     "negotiation",
@@ -60,6 +64,20 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def paper_fit(rows: int, rate: float, peak_mb: float, resources: dict) -> list[str]:
+    """What `rows` pool texts need to fit `resources` (paper.yaml's resources.persona_pool), beside this run."""
+    runtime, mem = resources["runtime"], resources["mem_mb"]
+    needed = rows / (runtime * 60)
+    minutes = rows / rate / 60
+    return [
+        f"paper.yaml resources.persona_pool: runtime {runtime} min, mem_mb {mem}, gpu {resources.get('gpu', 0)}",
+        f"  {rows} texts within {runtime} min need >= {needed:.1f} texts/s (the job's whole time: model load "
+        "and streaming included)",
+        f"  this run: {rate:.1f} texts/s -> {minutes:.0f} min: {'fits' if minutes <= runtime else 'does NOT fit'}; "
+        f"peak RSS {peak_mb:.0f} MB: {'fits' if peak_mb <= mem else 'does NOT fit'}",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20000)
@@ -69,6 +87,7 @@ def main() -> None:
     parser.add_argument("--retrieval", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=86)
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--rows", type=int, default=1_000_000, help="pool texts to size for (Nemotron: 1M)")
     args = parser.parse_args()
     gpu = args.device == "cuda" or (args.device == "auto" and cuda_available())
     embedder = load_embedder(MODEL, args.batch, threads=args.threads, device="cuda" if gpu else "cpu")
@@ -85,6 +104,8 @@ def main() -> None:
         print(f"embedded {rows} texts in {seconds:.1f} s: {rows / seconds:.1f} texts/s")
         print(f"1M texts at this rate: {1e6 / (rows / seconds) / 60:.0f} min")
         print(f"peak RSS after embedding: {peak_rss_mb():.0f} MB")
+        resources = yaml.safe_load(PAPER.read_text(encoding="utf-8"))["resources"]["persona_pool"]
+        print("\n".join(paper_fit(args.rows, rows / seconds, peak_rss_mb(), resources)))
         if gpu:
             import torch
 

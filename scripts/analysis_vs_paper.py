@@ -20,9 +20,9 @@ def main(smk):
         stem(smk.output.table),
         stem(smk.output.summary),
         smk.params.undefined_kappa,
-        # The Table 2 check's table, where the config turns it on.
-        pd.read_csv(table2, keep_default_na=False)
-        if (table2 := getattr(smk.input, "table2", None))
+        # The Table 2 check's table, its dataset and query, where the config turns it on.
+        (pd.read_csv(table2, keep_default_na=False), check["dataset"], check["qid"])
+        if (table2 := getattr(smk.input, "table2", None)) and (check := smk.params.table2_check)
         else None,
     )
 

@@ -81,6 +81,8 @@ def main(smk):
         smk.params.run_days,
         longest,
         trained=smk.params.trained,
+        pools=smk.params.pools,
+        unpinned=smk.params.unpinned,
     )
     markdown = write_estimate(
         rows,

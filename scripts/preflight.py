@@ -7,7 +7,12 @@ from stressprobe.snakemake_io import log, run_script
 
 def main(smk):
     findings = run_preflight(
-        smk.params.names, smk.params.models, smk.params.run_days, trained=smk.params.trained
+        smk.params.names,
+        smk.params.models,
+        smk.params.run_days,
+        trained=smk.params.trained,
+        pools=smk.params.pools,
+        unpinned=smk.params.unpinned,
     )
     for finding in findings:
         log.info("%s %s: %s", finding.level, finding.model, finding.message)

@@ -14,7 +14,8 @@ from stressprobe.config import validate_config
 from stressprobe.embedding import load_embedder
 from stressprobe.errors import StressprobeError
 from stressprobe.io import package_file
-from stressprobe.persona.pools import load_pool_records
+from stressprobe.persona.pools import check_pinned, load_pool_records
+from stressprobe.preflight import check_pools, preflight_markdown, problems, run_preflight
 from stressprobe.provenance import provenance_record
 from tests.support.helpers import ROOT
 
@@ -74,3 +75,31 @@ def test_provenance_records_the_pins():
         "sha256": None,
     }
     assert record["pins"]["persona_sources"]["personahub"]["hf_config"] == "persona"
+
+
+def test_paper_yaml_refuses_an_unpinned_head_in_the_pool_job_and_the_preflight():
+    config = paper_config()
+    assert config["personas"]["unpinned"] == "refuse"
+    sources = config["personas"]["sources"]
+    assert [s["revision"] for s in sources.values()] == [None, None]  # no verifiable commit (P-pins)
+    key = "personas.sources.uspersona"
+    with pytest.raises(StressprobeError, match=rf"^{key}: nvidia/Nemotron-Personas-USA has no 'revision'.*"
+                       rf"set '{key}\.revision'"):  # fmt: skip
+        load_pool_records(sources["uspersona"], key, config["personas"]["unpinned"])
+    lines = problems(run_preflight([], {}, 1, env={}, pools=sources, unpinned="refuse"))
+    assert [line.split(":")[0] for line in lines] == ["personas.sources.personahub", key]
+    pinned = {**sources["uspersona"], "revision": "c" * 40}
+    assert problems(check_pools({"uspersona": pinned}, "refuse")) == []
+    assert check_pools({"uspersona": pinned}, "refuse")[0].message.endswith("at revision " + "c" * 40)
+
+
+def test_warn_reads_an_unpinned_head_loudly_and_the_bill_lists_it(caplog):
+    source = paper_config()["personas"]["sources"]["personahub"]
+    with caplog.at_level("WARNING"):
+        check_pinned(source, "personas.sources.personahub", "warn")
+    assert "UNPINNED POOL" in caplog.text and "proj-persona/PersonaHub has no 'revision'" in caplog.text
+    findings = check_pools({"personahub": source, "local": {"path": "p.jsonl", "sha256": None}}, "warn")
+    assert [f.level for f in findings] == ["ok", "warning"]
+    markdown = preflight_markdown(findings)  # what the bill's Preflight section shows
+    assert "**warning** `personas.sources.personahub`: personas.sources.personahub: proj-persona" in markdown
+    assert "`personas.sources.local`: local file p.jsonl" in markdown

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,8 +15,9 @@ import numpy as np
 import pytest
 
 from stressprobe.embedding import load_embedder
-from stressprobe.persona.pool_build import assemble, chunk_paths, embed_in_chunks
-from stressprobe.persona.pools import USPERSONA_PREFIX, iter_pool, read_persona_records, retrieve
+from stressprobe.errors import StressprobeError
+from stressprobe.persona.pool_build import Budget, assemble, chunk_paths, embed_in_chunks
+from stressprobe.persona.pools import USPERSONA_PREFIX, iter_pool, pool_size, read_persona_records, retrieve
 from tests.support.helpers import ROOT, make_workdir, run_snakemake, snakemake_command, workflow_env
 
 MODEL = "package:all_minilm_l6_v2/model.zip"
@@ -175,3 +177,65 @@ def test_the_pool_job_killed_by_its_scheduler_resumes_from_its_chunks(tmp_path, 
     vectors = np.load(workdir / "results/personas/uspersona/embeddings.npy")
     expected = load_embedder(MODEL, threads=1).embed([e["text"] for e in entries])
     np.testing.assert_allclose(vectors, expected, atol=2e-6)
+
+
+def test_a_pool_job_projected_over_its_runtime_stops_at_its_first_chunk_and_keeps_it(tmp_path, caplog):
+    entries = [{"pid": str(i), "text": f"t{i}"} for i in range(40)]
+    calls = []
+
+    def embed(texts):  # about 1,000 texts/s
+        calls.append(len(texts))
+        time.sleep(len(texts) / 1000)
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    # 10 texts in ~0.01 s: 2,000,000 texts project to ~33 min, over a 1-minute runtime.
+    budget = Budget(2_000_000, 60, time.monotonic())
+    with pytest.raises(StressprobeError, match=r"^pool job: \d+\.\d texts/s at its first chunk, so its 2000000 texts "
+                       r"would take about \d+\.\d min, over resources\.persona_pool\.runtime \(1 min\)"):  # fmt: skip
+        embed_in_chunks(iter(entries), tmp_path / "w", 10, embed, {"s": 1}, budget)
+    assert calls == [10] and chunk_paths(tmp_path / "w", 0)[1].is_file()  # stopped at once, its chunk kept
+    with caplog.at_level("INFO"):
+        assert (
+            embed_in_chunks(
+                iter(entries), tmp_path / "w", 10, embed, {"s": 1}, Budget(40, 60, time.monotonic())
+            )
+            == 4
+        )
+    assert calls == [10, 10, 10, 10]  # resumed after the kept chunk; the projection fits this time
+    with caplog.at_level("INFO"):
+        embed_in_chunks(
+            iter(entries), tmp_path / "u", 40, embed, {"s": 1}, Budget(None, 0.001, time.monotonic())
+        )
+    assert "texts/s (the pool's size is unknown: no projection)" in caplog.text  # never stops without a size
+    assert re.search(r"first chunk: \d+\.\d texts/s; 40 texts projected to take 0\.\d min", caplog.text)
+
+
+def test_the_pool_job_stops_early_naming_its_runtime_when_the_pool_cannot_fit(tmp_path):
+    """The persona_pool rule with a 1-minute runtime and 300,000 records: it stops after its first chunk."""
+    pool = tmp_path / "big.jsonl"
+    with open(pool, "w") as handle:
+        handle.writelines(
+            json.dumps({"uuid": f"u{i}", "skills_and_expertise": f"skill {i}"}) + "\n" for i in range(300_000)
+        )
+    assert pool_size({"path": str(pool), "limit": None}) == 300_000
+    assert pool_size({"path": str(pool), "limit": 7}) == 7
+    workdir = make_workdir(tmp_path / "work")
+    config = workdir / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "embedding": {"pool_chunk": CHUNK, "pool_device": "cpu", "threads": 1},
+                "personas": {"sources": {"uspersona": {"kind": "uspersona", "path": str(pool)}}},
+                "resources": {"persona_pool": {"mem_mb": 4000, "runtime": 1}},
+            }
+        )
+    )
+    proc = run_snakemake(workdir, "results/personas/uspersona/pool.jsonl", configfile=config, check=False)
+    assert proc.returncode != 0
+    log = (workdir / "results/logs/personas/uspersona/pool.log").read_text()
+    assert re.search(r"first chunk: [\d.]+ texts/s; 300000 texts projected to take [\d.]+ min", log)
+    (line,) = [x for x in log.splitlines() if "over resources.persona_pool.runtime (1 min)" in x]
+    assert "raise resources.persona_pool.runtime or give the job a GPU" in line
+    assert sorted(p.name for p in (workdir / "results/personas/uspersona/chunks").glob("*.npy")) == [
+        "00000.npy"
+    ]

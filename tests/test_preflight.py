@@ -3,6 +3,7 @@ substitution of retired models (`models.<name>.substitute`): what is run, keyed 
 
 from __future__ import annotations
 
+import csv
 import json
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -346,8 +347,6 @@ def test_a_shutdown_before_the_run_ends_is_a_warning_line_and_the_run_goes_on(wo
 
 
 def test_preflight_rule_and_the_bill_show_the_same_findings(workdir: Path):
-    import csv
-
     with OpenAIServer(model_ids=("test-model",)) as server:
         line = (
             f"config models.api.model: retired-model is not served by {server.base_url} (not in its model "
@@ -385,3 +384,29 @@ def test_the_bill_keeps_each_cells_longest_request_for_the_context_check():
     bound = bound_row("d", "c", "m", entry, [(short, 3)])
     assert bound.longest_request == 10 + 4 + 3 + 10
     assert total_row([row, bound]).longest_request == 112
+
+
+def test_the_preflight_refuses_an_unpinned_persona_pool_and_lists_a_pinned_one(workdir: Path):
+    with OpenAIServer(model_ids=("test-model",)) as server:
+        source = {"kind": "uspersona", "hf_dataset": "nvidia/Nemotron-Personas-USA"}
+        edits = {
+            "judging.conditions": ["baseline/umbrela", "uspersona/query"],
+            "personas.sources": {"uspersona": source},
+            "personas.unpinned": "refuse",
+        }
+        refused = run_workflow(workdir, workflow_config(workdir, server, edits), "preflight", check=False)
+        assert refused.returncode != 0
+        assert (
+            "  personas.sources.uspersona: nvidia/Nemotron-Personas-USA has no 'revision': its current head "
+            "would be read, not a fixed version; set 'personas.sources.uspersona.revision' to a dataset commit "
+            "(or 'personas.sources.uspersona.path' to a local copy), or 'personas.unpinned: warn' to read the "
+            "head anyway"
+        ) in refused.stderr.splitlines()
+        pinned = {**edits, "personas.sources": {"uspersona": {**source, "revision": "d" * 40}}}
+        run_workflow(workdir, workflow_config(workdir, server, pinned), "preflight")
+        rows = {r["model"]: r for r in csv.DictReader((workdir / "results/preflight/preflight.csv").open())}
+        assert rows["personas.sources.uspersona"]["level"] == "ok"
+        assert (
+            rows["personas.sources.uspersona"]["message"]
+            == f"nvidia/Nemotron-Personas-USA at revision {'d' * 40}"
+        )

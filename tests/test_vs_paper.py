@@ -224,12 +224,20 @@ def test_write_vs_paper_writes_the_scorecard_and_its_summary(tmp_path):
         assert (tmp_path / f"vs.{ext}").stat().st_size > 0
 
 
-def test_the_scorecard_summary_counts_the_table2_personas_matched(tmp_path):
+def test_each_printed_table2_persona_is_a_scorecard_row_counted_in_the_summary(tmp_path):
     systems, _ = systems_frame()
     values = write_values(
         tmp_path / "values.tsv", [("table6", "d", "m1", "", "", "mean_abs_rank", 1.2, 0.9, 1.5, "t6")]
     )
-    table2 = pd.DataFrame({"match": ["selected", "candidate 2", "no", "selected", "no", "no"]})
+    sources, roles = ["hub"] * 3 + ["us"] * 3, ["query", "domain", "orthogonal"] * 2
+    check = pd.DataFrame(
+        {
+            "source": sources,
+            "role": roles,
+            "match": ["selected", "candidate 2", "no", "selected", "no", "no"],
+            "printed sha256": [f"{i}" * 64 for i in range(6)],
+        }
+    )
     bootstrap = {"resamples": 50, "seed": 1, "level": 0.95}
     vs_paper.write_vs_paper(
         values,
@@ -237,11 +245,25 @@ def test_the_scorecard_summary_counts_the_table2_personas_matched(tmp_path):
         systems,
         0.9,
         bootstrap,
-        {},
+        {"rag": "RAG24"},
         str(tmp_path / "vs"),
         str(tmp_path / "sum"),
-        table2=table2,
+        table2=(check, "rag", "2024-121840"),
+    )
+    table = pd.read_csv(tmp_path / "vs.csv", keep_default_na=False)
+    rows = table[table["table"] == "table2"].set_index(["condition", "metric"])
+    assert len(rows) == 12 and set(rows["dataset"]) == {"RAG24"}
+    assert rows.loc[("hub/domain", "persona_selected"), ["paper", "run", "difference"]].tolist() == [1, 0, -1]
+    assert rows.loc[("hub/domain", "persona_in_top_k"), ["paper", "run", "difference"]].tolist() == [1, 1, 0]
+    assert rows.loc[("us/orthogonal", "persona_in_top_k"), "run"] == 0
+    assert rows.loc[("hub/query", "persona_selected"), "source"] == (
+        "Table 2, query 2024-121840, hub query persona (sha256 000000000000…; run: selected)"
     )
     summary = pd.read_csv(tmp_path / "sum.csv").set_index(["table", "metric"])
-    assert summary.loc[("table2", "persona_selected"), ["paper cells", "matched"]].tolist() == [6, 2]
+    assert summary.loc[("table2", "persona_selected"), ["paper cells", "covered", "matched"]].tolist() == [
+        6,
+        6,
+        2,
+    ]
     assert summary.loc[("table2", "persona_in_top_k"), "matched"] == 3
+    assert pd.isna(summary.loc[("table6", "mean_abs_rank"), "matched"])

@@ -162,3 +162,15 @@ def fetch_verified(
         )
     with atomic_target(dest, suffix=Path(dest).suffix) as tmp:
         tmp.write_bytes(data)
+
+
+def unpinned_problem(source: Mapping[str, Any], key: str) -> str | None:
+    """Why a dataset source (a persona pool) is not pinned (a Hugging Face dataset without `revision`: its current head would be read,
+    whatever version that is), or None when it is (a revision, or a local `path`)."""
+    if source.get("path") or source.get("revision") or not source.get("hf_dataset"):
+        return None
+    return (
+        f"{key}: {source['hf_dataset']} has no 'revision': its current head would be read, not a fixed "
+        f"version; set '{key}.revision' to a dataset commit (or '{key}.path' to a local copy), or "
+        "'personas.unpinned: warn' to read the head anyway"
+    )

@@ -6,7 +6,8 @@ key's environment variable must be set for a provider's API; the model's paramet
 entry (OpenAI's o-series take `max_completion_tokens` and no temperature/top_p); a `shutdown_date` in the
 listing before the run's estimated end is a warning. vLLM models: a local path must exist, a hub id must be
 in the Hugging Face cache or on the hub (gated ones need HF_TOKEN), and `max_model_len` must hold the longest
-prompt the config sends (estimated as in the cost estimate). Each problem is one line naming the config key.
+prompt the config sends (estimated as in the cost estimate). Persona pools read from a Hugging Face dataset
+must be pinned to a revision (`personas.unpinned`). Each problem is one line naming the config key.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import httpx
 
 from stressprobe.config import referenced_models
 from stressprobe.errors import StressprobeError
+from stressprobe.fetch import unpinned_problem
 from stressprobe.llm.backends import run_entry
 from stressprobe.llm.backends.openai_protocol import KEYLESS_PLACEHOLDER, OPENAI_BASE_URL
 from stressprobe.tables import records_csv
@@ -291,6 +293,24 @@ def check_vllm_model(
     return [Finding(name, "ok", f"{model}: resolves, max_model_len {limit} holds the prompts")]
 
 
+def check_pools(pools: Mapping[str, Mapping[str, Any]], unpinned: str) -> list[Finding]:
+    """Per persona pool the run reads: pinned (its revision or local file), or unpinned (a Hugging Face
+    dataset's head: an error under `personas.unpinned: refuse`, else a warning)."""
+    findings = []
+    for name, source in sorted(pools.items()):
+        key = f"personas.sources.{name}"
+        problem = unpinned_problem(source, key)
+        if problem:
+            findings.append(Finding(key, "error" if unpinned == "refuse" else "warning", problem))
+        elif source.get("path"):
+            findings.append(
+                Finding(key, "ok", f"local file {source['path']} (sha256 {source.get('sha256')})")
+            )
+        else:
+            findings.append(Finding(key, "ok", f"{source['hf_dataset']} at revision {source['revision']}"))
+    return findings
+
+
 def run_preflight(
     names: Iterable[str],
     models: Mapping[str, Mapping[str, Any]],
@@ -300,9 +320,12 @@ def run_preflight(
     env: Mapping[str, str] | None = None,
     fetch: Fetch = fetch_listing,
     trained: Iterable[Sequence[str]] = (),
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
+    unpinned: str = "warn",
 ) -> list[Finding]:
-    """Every check for the models `names` (llama.cpp models need none: their files are checked on load) and
-    the `trained` base models ((config key, id) pairs, `trained_base_models`)."""
+    """Every check for the models `names` (llama.cpp models need none: their files are checked on load), the
+    `trained` base models ((config key, id) pairs, `trained_base_models`) and the persona `pools` read
+    (`check_pools`)."""
     env = os.environ if env is None else env
     run_end = (today or datetime.now(UTC).date()) + timedelta(days=run_days)
     names = sorted(set(names))
@@ -311,7 +334,7 @@ def run_preflight(
     for name in names:
         if models[name].get("backend") == "vllm":
             findings += check_vllm_model(name, models[name], (longest or {}).get(name), env)
-    return findings + check_trained_models(trained, env)
+    return findings + check_trained_models(trained, env) + check_pools(pools or {}, unpinned)
 
 
 def problems(findings: Sequence[Finding]) -> list[str]:

@@ -393,6 +393,7 @@ rule analysis_vs_paper:
         bootstrap=config["analysis"]["bootstrap"],
         names=config["analysis"]["vs_paper"]["names"],
         undefined_kappa=config["analysis"]["undefined_kappa"],
+        table2_check=config["analysis"]["table2_check"],
     script:
         "../../scripts/analysis_vs_paper.py"
 

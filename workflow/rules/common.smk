@@ -66,6 +66,8 @@ onstart:
                     config["models"],
                     config["preflight"]["run_days"],
                     trained=trained_base_models(config),
+                    pools=preflight_pools(),
+                    unpinned=config["personas"]["unpinned"],
                 )
             )
         )

@@ -41,6 +41,8 @@ rule cost_estimate:
         preflight_models=models_in_use(config),
         run_days=config["preflight"]["run_days"],
         trained=trained_base_models(config),
+        pools=preflight_pools(),
+        unpinned=config["personas"]["unpinned"],
     script:
         "../../scripts/estimate_cost.py"
 
@@ -62,5 +64,7 @@ rule preflight:
         models=config["models"],
         run_days=config["preflight"]["run_days"],
         trained=trained_base_models(config),
+        pools=preflight_pools(),
+        unpinned=config["personas"]["unpinned"],
     script:
         "../../scripts/preflight.py"

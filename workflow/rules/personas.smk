@@ -25,6 +25,8 @@ rule persona_pool:
         gpu=config["resources"]["persona_pool"].get("gpu", 0),
     params:
         source=lambda w: persona_source(w.source),
+        unpinned=config["personas"]["unpinned"],
+        runtime=config["resources"]["persona_pool"]["runtime"],
         embedding=config["embedding"],
         # Not an output: Snakemake would delete it with a failed job's outputs; a rerun resumes from it.
         chunks=lambda w: f"results/personas/{w.source}/chunks",

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from stressprobe.embedding import save_vectors
+from stressprobe.errors import StressprobeError
 from stressprobe.io import atomic_target, iter_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -63,26 +66,66 @@ def chunk_done(entries: Sequence[Mapping[str, str]], texts_path: Path, vectors_p
     return stored == list(entries) and rows == len(entries)
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The pool job's time: `runtime_s` (resources.persona_pool.runtime) counted from `started`
+    (`time.monotonic()` when the job began), for about `total` entries (None: unknown, nothing projected)."""
+
+    total: int | None
+    runtime_s: float
+    started: float
+
+
+def check_projection(budget: Budget, done: int, rate: float) -> None:
+    """At the first chunk embedded: log the job's texts/s and projected time; stop (one line, the finished
+    chunk kept) when the projection exceeds the job's runtime, instead of being killed hours later."""
+    if budget.total is None:
+        log.info("first chunk: %.1f texts/s (the pool's size is unknown: no projection)", rate)
+        return
+    projected = time.monotonic() - budget.started + max(budget.total - done, 0) / rate
+    log.info(
+        "first chunk: %.1f texts/s; %d texts projected to take %.1f min (resources.persona_pool.runtime %g min)",
+        rate,
+        budget.total,
+        projected / 60,
+        budget.runtime_s / 60,
+    )
+    if projected > budget.runtime_s:
+        raise StressprobeError(
+            f"pool job: {rate:.1f} texts/s at its first chunk, so its {budget.total} texts would take about "
+            f"{projected / 60:.1f} min, over resources.persona_pool.runtime ({budget.runtime_s / 60:g} min); "
+            "raise resources.persona_pool.runtime or give the job a GPU (resources.persona_pool.gpu, "
+            "embedding.pool_device); its finished chunks are kept"
+        )
+
+
 def embed_in_chunks(
     entries: Iterable[dict[str, str]],
     work: str | Path,
     chunk_size: int,
     embed: Callable[[list[str]], np.ndarray],
     fingerprint: Mapping[str, Any],
+    budget: Budget | None = None,
 ) -> int:
-    """Embed the pool's entries chunk by chunk into `work`, skipping finished chunks; the number of chunks."""
+    """Embed the pool's entries chunk by chunk into `work`, skipping finished chunks; the number of chunks.
+    With a `budget`, the first chunk embedded checks the projected time (`check_projection`)."""
     work = Path(work)
     open_work_dir(work, fingerprint)
-    count = 0
+    count = done = 0
+    projected = budget is None
     for index, chunk in enumerate(batched(entries, chunk_size)):
         texts_path, vectors_path = chunk_paths(work, index)
-        count = index + 1
+        count, done = index + 1, done + len(chunk)
         if chunk_done(chunk, texts_path, vectors_path):
             log.info("chunk %d (%d personas): embedded before, kept", index, len(chunk))
             continue
         write_jsonl(texts_path, chunk)
+        start = time.monotonic()
         save_vectors(vectors_path, embed([entry["text"] for entry in chunk]))
         log.info("chunk %d (%d personas) embedded", index, len(chunk))
+        if not projected:
+            check_projection(budget, done, len(chunk) / max(time.monotonic() - start, 1e-9))
+            projected = True
     return count
 
 

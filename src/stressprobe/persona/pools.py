@@ -22,6 +22,7 @@ import yaml
 
 from stressprobe.embedding import file_sha256
 from stressprobe.errors import StressprobeError
+from stressprobe.fetch import unpinned_problem
 from stressprobe.io import iter_jsonl, read_tsv_lines
 from stressprobe.persona.pool_build import BLOCK_ROWS, rank_candidates
 
@@ -33,6 +34,8 @@ SKILLS_TEXT_FIELD = "skills_and_expertise"
 ROLES = ("query", "domain", "orthogonal")
 # How the orthogonal persona is read: the least similar persona, or the one nearest cosine 0.
 ORTHOGONAL_READINGS = ("least_similar", "nearest_zero")
+# What an unpinned Hugging Face pool (no `revision`) gets: a loud warning, or a refusal (`personas.unpinned`).
+UNPINNED = ("warn", "refuse")
 
 
 # ---- taxonomy and query domains ---------------------------------------------------------------------
@@ -217,15 +220,30 @@ def check_file_sha256(path: str | Path, sha256: str | None, key: str) -> None:
         )
 
 
-def load_pool_records(source: Mapping[str, Any], key: str) -> Iterator[dict[str, Any]]:
-    """The records of a configured pool, streamed: the local `path` when set, else the Hugging Face dataset."""
+def check_pinned(source: Mapping[str, Any], key: str, unpinned: str) -> None:
+    """An unpinned pool (`unpinned_problem`) is refused under `personas.unpinned: refuse`, else warned of."""
+    if unpinned not in UNPINNED:
+        raise StressprobeError(
+            f"config key 'personas.unpinned': {unpinned!r}; use one of {', '.join(UNPINNED)}"
+        )
+    problem = unpinned_problem(source, key)
+    if problem and unpinned == "refuse":
+        raise StressprobeError(problem)
+    if problem:
+        log.warning("UNPINNED POOL (personas.unpinned: warn): %s", problem)
+
+
+def load_pool_records(
+    source: Mapping[str, Any], key: str, unpinned: str = "warn"
+) -> Iterator[dict[str, Any]]:
+    """The records of a configured pool, streamed: the local `path` when set, else the Hugging Face dataset
+    (at its `revision`; without one refused or warned of, per `unpinned`)."""
     if source["path"]:
         check_file_sha256(source["path"], source.get("sha256"), f"{key}.sha256")
         return islice(read_persona_records(source["path"]), source["limit"])
     if not source.get("hf_dataset"):
         raise StressprobeError(f"config key '{key}': give a local 'path' or an 'hf_dataset'")
-    if not source.get("revision"):
-        log.warning("%s: no 'revision' pinned: the dataset's current head is read", key)
+    check_pinned(source, key, unpinned)
     return load_hf_records(
         source["hf_dataset"],
         source.get("hf_config"),
@@ -233,6 +251,41 @@ def load_pool_records(source: Mapping[str, Any], key: str) -> Iterator[dict[str,
         source["limit"],
         revision=source.get("revision"),
     )
+
+
+def pool_size(source: Mapping[str, Any]) -> int | None:
+    """About how many records a configured pool has (for the pool job's projected time), or None when that
+    cannot be read: a local file's rows (JSONL lines, Parquet metadata), else the Hugging Face dataset's
+    split size from its builder info; never more than `limit`."""
+    limit = source.get("limit")
+    if source.get("path") and Path(source["path"]).suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.ParquetFile(source["path"]).metadata.num_rows
+    elif source.get("path"):
+        with open(source["path"], "rb") as handle:
+            rows = sum(1 for line in handle if line.strip())
+    elif limit:
+        return limit
+    else:
+        rows = hf_split_size(source)
+    return rows if rows is None or limit is None else min(rows, limit)
+
+
+def hf_split_size(source: Mapping[str, Any]) -> int | None:
+    """The split's size from the dataset's builder info at its revision; None when the info lacks it or
+    cannot be read (the size only feeds the projection: the records are streamed either way)."""
+    from datasets import load_dataset_builder
+
+    try:
+        info = load_dataset_builder(
+            source["hf_dataset"], source.get("hf_config"), revision=source.get("revision")
+        ).info
+    except Exception as exc:  # noqa: BLE001 - any failure only loses the projection, and is logged
+        log.warning("%s: its size could not be read (%s): no projected time", source["hf_dataset"], exc)
+        return None
+    split = (info.splits or {}).get(source["hf_split"])
+    return split.num_examples if split is not None and split.num_examples else None
 
 
 def parse_skills(value: Any) -> list[str]:

@@ -23,6 +23,8 @@ from stressprobe.errors import StressprobeError
 from stressprobe.io import read_tsv_lines
 
 COLUMNS = ["source", "role", "printed_sha256", "normalised_sha256"]
+#: The check's table: per printed persona, the run's match and what it retrieved.
+CHECK_COLUMNS = ["source", "role", "match", "text match", "run pid", "run persona", "printed sha256"]
 # Typographic quotes and dashes as a PDF prints them, mapped to what a dataset's text usually holds.
 TYPOGRAPHY = str.maketrans(
     {"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-"}
@@ -97,6 +99,7 @@ def table2_check(
                 "text match": how,
                 "run pid": found[0]["pid"],
                 "run persona": found[0]["persona"],
+                "printed sha256": entry["printed_sha256"],
             }
         )
-    return pd.DataFrame(rows, columns=["source", "role", "match", "text match", "run pid", "run persona"])
+    return pd.DataFrame(rows, columns=CHECK_COLUMNS)

@@ -311,9 +311,42 @@ def vs_paper_table(paper: pd.DataFrame, run: pd.DataFrame) -> pd.DataFrame:
     return table.astype({"paper in run CI": object, "run in paper CI": object})
 
 
+#: The Table 2 check's scorecard metrics: whether the run retrieved a printed persona's text as its selected
+#: persona, or among its top-k candidates (the check's `match`: `selected`, `candidate <rank>` or `no`).
+TABLE2_METRICS = {
+    "persona_selected": lambda match: match == "selected",
+    "persona_in_top_k": lambda match: match != "no",
+}
+
+
+def table2_rows(check: pd.DataFrame, dataset: str, qid: str) -> pd.DataFrame:
+    """Each persona Table 2 prints as scorecard rows (condition `source/role`, one row per TABLE2_METRICS):
+    the paper's value is 1 (the persona is printed), the run's 1 when it retrieved that text and 0 when not;
+    `source` says where the persona is printed and the digest it is compared by."""
+    rows = [
+        {
+            "table": "table2",
+            "dataset": dataset,
+            "model": "",
+            "condition": f"{entry['source']}/{entry['role']}",
+            "systems": "",
+            "metric": metric,
+            "paper": 1.0,
+            "run": float(found(str(entry["match"]))),
+            "difference": float(found(str(entry["match"]))) - 1.0,
+            "source": f"Table 2, query {qid}, {entry['source']} {entry['role']} persona "
+            f"(sha256 {entry['printed sha256'][:12]}…; run: {entry['match']})",
+        }
+        for entry in check.to_dict("records")
+        for metric, found in TABLE2_METRICS.items()
+    ]
+    return pd.DataFrame(rows)
+
+
 def vs_paper_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per table and metric: paper cells, cells the run covers, mean and largest |difference|, and how
-    many paper values lie inside the run's bootstrap CI (of those with one)."""
+    """Per table and metric: paper cells, cells the run covers, mean and largest |difference|, how many
+    paper values lie inside the run's bootstrap CI (of those with one) and, for Table 2's personas, how many
+    the run retrieved (`matched`)."""
     rows = []
     for (name, metric), block in table.groupby(["table", "metric"], sort=False):
         covered = block["run"].notna()
@@ -329,9 +362,10 @@ def vs_paper_summary(table: pd.DataFrame) -> pd.DataFrame:
                 "max |difference|": difference.max() if len(difference) else np.nan,
                 "paper in run CI": int(sum(bool(x) for x in checked)) if len(checked) else None,
                 "with run CI": len(checked),
+                "matched": int((block["run"] == block["paper"]).sum()) if name == "table2" else None,
             }
         )
-    return pd.DataFrame(rows).astype({"paper in run CI": "Int64"})
+    return pd.DataFrame(rows).astype({"paper in run CI": "Int64", "matched": "Int64"})
 
 
 _DECIMALS = {
@@ -357,31 +391,18 @@ def write_vs_paper(
     stem: str,
     summary_stem: str,
     undefined: str = "tie",
-    table2: pd.DataFrame | None = None,
+    table2: tuple[pd.DataFrame, str, str] | None = None,
 ) -> None:
     """The reproduction scorecard: every published cell beside the run's, and a summary per metric; with
-    the Table 2 check's table, the summary's `table2` rows count the printed personas the run selected
-    (`persona_selected`) and found among its candidates (`persona_in_top_k`)."""
+    the Table 2 check (`table2`: its table, the run's dataset and the query), each printed persona is a
+    row too (`table2_rows`), counted in the summary's `matched`."""
     paper = read_paper_values(values_path)
     run = run_values(kappa, systems, phi, bootstrap, paper, names, undefined)
     table = vs_paper_table(paper.drop(columns="source"), run)
     table.insert(len(table.columns), "source", paper["source"].to_numpy())
+    if table2 is not None:
+        check, dataset, qid = table2
+        table = pd.concat([table, table2_rows(check, names.get(dataset, dataset), qid)], ignore_index=True)
     tables.write_table(table, stem, _DECIMALS)
     summary = vs_paper_summary(table)
-    if table2 is not None:
-        matched = table2["match"].astype(str)
-        rows = [
-            {
-                "table": "table2",
-                "metric": metric,
-                "paper cells": len(table2),
-                "covered": len(table2),
-                "matched": n,
-            }
-            for metric, n in (
-                ("persona_selected", int((matched == "selected").sum())),
-                ("persona_in_top_k", int((matched != "no").sum())),
-            )
-        ]
-        summary = pd.concat([summary, pd.DataFrame(rows)], ignore_index=True).astype({"matched": "Int64"})
     tables.write_table(summary, summary_stem, _DECIMALS)

@@ -11,6 +11,11 @@ def cost_persona_sources():
     return sorted(source for source in sources if _judging.is_retrieved(source))
 
 
+def preflight_pools():
+    """The persona pools the run reads (for the preflight's pin check): those whose roles are judged."""
+    return {source: persona_source(source) for source in cost_persona_sources()}
+
+
 def cost_inputs(wildcards):
     """What the estimate reads: each dataset's pairs, topics and persona tables, and the prompt templates.
 
