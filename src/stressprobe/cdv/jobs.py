@@ -217,12 +217,13 @@ def evaluate_cell(
     mitigated: bool,
 ) -> None:
     """Rules cdv_eval and cdv_mitigation: one cell's records, its originals picked from the dataset's shared
-    file (`originals`), its perturbed questions (and, without mitigation, baselines) asked here; the
-    records are those asking everything here would give, in the same order."""
+    file (`originals`; "": the dataset's one cell evaluating `model` asks them here), its perturbed
+    questions (and, without mitigation, baselines) asked here; the records are those asking everything
+    here would give, in the same order."""
     questions = read_jsonl(cell.questions)
-    shared = cell_originals(read_jsonl(originals), questions, originals)
+    shared = cell_originals(read_jsonl(originals), questions, originals) if originals else []
     baselines = read_jsonl(cell.baselines) if cell.baselines else []
-    items = eval_items(questions, read_jsonl(cell.perturbed), baselines, originals=False)
+    items = eval_items(questions, read_jsonl(cell.perturbed), baselines, originals=not originals)
     with role_clients(dict(models), settings.roles(model), cache_path) as clients:
         records = shared + _evaluate(clients, items, mitigated, settings)
         write_merged_usage(clients, cell.usage)
