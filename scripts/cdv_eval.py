@@ -1,5 +1,5 @@
 """Evaluate one model on a CDV cell: its originals picked from the dataset's shared file (rule
-cdv_eval_originals), its perturbed questions and baselines asked here (or, with mitigation, the perturbed
+cdv_eval_originals; asked here where the cell is the dataset's one cell evaluating the model), its perturbed questions and baselines asked here (or, with mitigation, the perturbed
 questions under the focus instruction)."""
 
 from stressprobe.cdv.jobs import EvalCell, EvalSettings, evaluate_cell
@@ -18,7 +18,9 @@ def main(smk):
         smk.output.usage,
     )
     settings = EvalSettings.of(p.max_tokens, p.temperature, p.prefill, p.seed, p.prompts)
-    evaluate_cell(p.models, w.model, cache_path(smk), cell, smk.input.originals, settings, p.mitigation)
+    # No shared originals where the dataset's one cell evaluating the model asks its own.
+    originals = smk.input.get("originals", "")
+    evaluate_cell(p.models, w.model, cache_path(smk), cell, originals, settings, p.mitigation)
 
 
 # A process that vLLM starts by spawn (its engine core, its workers) re-runs this file as `__mp_main__`,

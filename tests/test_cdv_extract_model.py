@@ -9,7 +9,15 @@ import json
 import pytest
 
 from stressprobe.cdv.cost_bounds import cdv_eval_bounds, cdv_search_bounds
-from stressprobe.cdv.jobs import EvalSettings, SearchFiles, evaluate_originals, search_cell, search_settings
+from stressprobe.cdv.jobs import (
+    EvalCell,
+    EvalSettings,
+    SearchFiles,
+    evaluate_group,
+    evaluate_originals,
+    search_cell,
+    search_settings,
+)
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.llm.usage import cost_usd
 from tests.support.cdv_scripted import make_item
@@ -86,6 +94,26 @@ def test_the_evaluation_asks_the_extraction_model_through_the_cache(tmp_path, se
     sent = server.total_requests
     evaluate_originals(registry(server), "answerer", cache, [str(questions)], settings, False, outputs)
     assert server.total_requests == sent and read_jsonl(outputs[0]) == records
+
+
+def test_a_grouped_evaluation_counts_each_outputs_own_asks_and_extractions(tmp_path, server, monkeypatch):
+    # Every output's requests go out together (cdv_eval_vllm); each sidecar still counts its own, both models'.
+    monkeypatch.setenv("STRESSPROBE_TEST_API_KEY", "sk-test")
+    cells = []
+    for name, qids in (("a", ["q1", "q2"]), ("b", ["q1", "q2", "q3"])):  # q1, q2: the shared originals
+        write_jsonl(tmp_path / f"{name}.q.jsonl", [make_item(qid) for qid in qids])
+        write_jsonl(tmp_path / f"{name}.p.jsonl", [])
+        files = [str(tmp_path / f"{name}.{ext}") for ext in ("q.jsonl", "p.jsonl")]
+        outputs = [str(tmp_path / f"{name}.{ext}") for ext in ("eval.jsonl", "eval.usage.json")]
+        cells.append(EvalCell(name, *files, "", *outputs))
+    settings = EvalSettings.of(16, 0.001, None, 1, prompts_spec(tmp_path))
+    evaluate_group(registry(server), "answerer", str(tmp_path / "cache"), cells, settings)
+    usage = [read_json(cell.usage) for cell in cells]
+    assert [len(read_jsonl(cell.records)) for cell in cells] == [2, 3]
+    # The second cell asks the shared originals again: hits of the job's one call, for both models.
+    assert [(u["calls_made"], u["cache_hits"]) for u in usage] == [(4, 0), (2, 4)]
+    assert [u["cost_usd"] > 0 for u in usage] == [True, True]  # the reader's price, on each one's share
+    assert server.total_requests == sum(u["calls_made"] for u in usage)
 
 
 def test_the_search_reads_the_victims_samples_with_the_extraction_model_at_its_price(

@@ -74,6 +74,18 @@ def originals_config(workdir):
     return path, config
 
 
+def test_a_dataset_with_one_cell_per_evaluator_asks_its_originals_in_that_cell(workdir):
+    # A job of its own would share the originals with no other cell: only a job's start and a model load.
+    path, config = originals_config(workdir)
+    config["cdv"]["experiments"].pop("large")
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    cell = f"results/cdv/OpenbookQA/{MODEL}/{MODEL}"
+    targets = [f"{cell}/{kind}/{MODEL}.jsonl" for kind in ("eval", "mitigation")]
+    proc = run_snakemake(workdir, "-n", *targets, configfile=path)
+    assert "rule cdv_eval_originals:" not in proc.stdout + proc.stderr
+    assert "rule cdv_eval:" in proc.stdout + proc.stderr and "/originals/" not in proc.stdout + proc.stderr
+
+
 @pytest.mark.slow
 def test_each_cells_records_are_those_it_would_make_asking_its_originals_itself(workdir):
     path, config = originals_config(workdir)

@@ -100,6 +100,38 @@ def test_a_vllm_judge_job_asks_all_its_cells_in_one_engine_call(tmp_path, standi
         assert (usage["calls_made"], usage["cache_hits"], usage["errors"]) == (PAIRS, 0, 0)
 
 
+@pytest.mark.slow
+def test_a_vllm_evaluation_job_asks_all_its_cells_in_one_engine_call(tmp_path, standin):
+    # As the judge's: every cell's originals, perturbed questions, baselines and mitigated asks in one call.
+    workdir = make_workdir(tmp_path / "w")
+    write_cdv_questions(workdir)
+    cells = [{"proxy": "api", "victim": "api"}, {"proxy": "api", "victim": "api2"}]
+    targets = [
+        f"results/cdv/tinyqa/{c['proxy']}/{c['victim']}/{kind}/gpu.jsonl"
+        for c in cells
+        for kind in ("eval", "mitigation")
+    ]
+    with OpenAIServer() as server:
+        config = write_api_config(workdir, server.base_url)
+        data = yaml.safe_load(config.read_text())
+        data["models"]["api2"] = {**data["models"]["api"], "model": "test-model-2"}
+        data["models"]["gpu"] = {"backend": "vllm", "model": "org/eval-8b", "gpus": 1, "batch_size": 512}
+        data["cdv"]["cells"] = cells
+        data["cdv"]["eval_models"] = ["gpu"]
+        data["judging"]["models"] = ["api"]
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        run_workflow(workdir, config, *targets)
+    chats = [e["requests"] for e in events(standin) if e["event"] == "chat"]
+    made = 0
+    for target in targets:
+        records = (workdir / target).read_text().splitlines()
+        usage = json.loads((workdir / target).with_suffix(".usage.json").read_text())
+        # Each output's sidecar still counts its own questions: one request per record, made or a hit.
+        assert records and usage["calls_made"] + usage["cache_hits"] == len(records), target
+        made += usage["calls_made"]
+    assert len(chats) == 1 and chats == [made]
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(3600)

@@ -146,8 +146,9 @@ rule cdv_baselines:
         "../../scripts/cdv_baselines.py"
 
 
-# One job per (dataset, evaluated model, kind) asks the originals that every cell of the dataset shares;
-# each cell's cdv_eval / cdv_mitigation picks its questions' records from that file. (vLLM evaluators
+# One job per (dataset, evaluated model, kind) asks the originals that the dataset's cells share (where
+# more than one cell evaluates the model); each cell's cdv_eval / cdv_mitigation picks its questions'
+# records from that file. (vLLM evaluators
 # grouped per dataset, cdv_served.smk, ask them in their one job per dataset and model.)
 rule cdv_eval_originals:
     input:
@@ -184,7 +185,7 @@ rule cdv_eval_originals:
 rule cdv_eval:
     input:
         unpack(cdv_eval_inputs),
-        originals=cdv_originals_file("eval"),
+        unpack(cdv_originals_input("eval")),
         prompt_file=cdv_prompt_file(),
     output:
         records=f"{CDV_CELL}/eval/{{model}}.jsonl",
@@ -214,10 +215,10 @@ rule cdv_eval:
 
 rule cdv_mitigation:
     input:
+        unpack(cdv_originals_input("mitigation")),
         prompt_file=cdv_prompt_file(),
         questions=cdv_cell_questions,
         perturbed=f"{CDV_CELL}/perturbed.jsonl",
-        originals=cdv_originals_file("mitigation"),
     output:
         records=f"{CDV_CELL}/mitigation/{{model}}.jsonl",
         usage=f"{CDV_CELL}/mitigation/{{model}}.usage.json",

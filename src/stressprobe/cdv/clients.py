@@ -26,10 +26,19 @@ def role_clients(models: dict[str, Any], roles: dict[str, str], cache_path: str)
         yield {role: by_model[name] for role, name in roles.items()}
 
 
-def write_merged_usage(clients: dict[str, Any], path: str | Path) -> None:
-    """The job's usage sidecar: the LLM layer's record, summed over the distinct clients the job used."""
-    distinct = {id(c): c for c in clients.values()}.values()
-    records = [client.usage_record() for client in distinct]
+def write_merged_usage(
+    clients: dict[str, Any], path: str | Path, usage: dict[str, Usage] | None = None
+) -> None:
+    """The job's usage sidecar: the LLM layer's record, summed over the distinct clients the job used; or,
+    with `usage` (role -> a part of its client's usage), the sidecar of that part of the job."""
+    distinct = {id(c): c for c in clients.values()}
+    if usage is None:
+        records = [client.usage_record() for client in distinct.values()]
+    else:
+        shares = {key: Usage() for key in distinct}
+        for role, part in usage.items():
+            shares[id(clients[role])] += part
+        records = [client.usage_record(shares[key]) for key, client in distinct.items()]
     merged = dict(records[0])
     for record in records[1:]:
         for key in ADDITIVE:

@@ -4,13 +4,14 @@ the paper's temperature 0.001, or a model's own where its API refuses that)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from stressprobe.cdv.answers import read_answers
 from stressprobe.cdv.prompt_file import OWN
 from stressprobe.cdv.prompts import letter
 from stressprobe.errors import StressprobeError
-from stressprobe.llm import Request
+from stressprobe.llm import Request, Response
 from stressprobe.scoring import UNANSWERED, answered, is_unanswered
 
 
@@ -104,6 +105,35 @@ def evaluate(
     a parseable answer line is `truncated` when it used all `max_tokens`, else `unparsed`. With a template
     file that extracts answers, a second call per answer reads it (`extract_raw` records that reply),
     answered by `extractor` (the extraction model's client; None: this model's) at `extract_temperature`."""
+    args = (max_tokens, seed, prefill, temperature, prompts, extractor, extract_temperature)
+    return evaluate_parts(client, [(items, mitigation)], *args)[0].records
+
+
+@dataclass(frozen=True)
+class Part:
+    """One output's share of a joint evaluation: its records, and the responses that answered (`asked`,
+    by the evaluated model) and read (`extracted`, by the extractor) them, for its own usage sidecar."""
+
+    records: list[dict[str, Any]]
+    asked: list[Response]
+    extracted: list[Response]
+
+
+def evaluate_parts(
+    client: Any,
+    parts: list[tuple[list[dict[str, Any]], bool]],
+    max_tokens: int,
+    seed: int,
+    prefill: str | None = None,
+    temperature: float = 0.0,
+    prompts: Any = OWN,
+    extractor: Any = None,
+    extract_temperature: float = 0.0,
+) -> list[Part]:
+    """`evaluate` of several (items, mitigation) parts with every part's requests in ONE `generate` call
+    (and their extractions in one more), so that an engine that batches (vLLM) sees a whole job at once;
+    each part's records are those `evaluate` gives it alone."""
+    asked = [(item, mitigation) for items, mitigation in parts for item in items]
     requests = [
         Request(
             messages=prompts.victim(item["question"], item["choices"], mitigation, prefill),
@@ -111,18 +141,19 @@ def evaluate(
             temperature=temperature,
             seed=seed,
         )
-        for item in items
+        for item, mitigation in asked
     ]
     responses = client.generate(requests) if requests else []
     answered = [i for i, r in enumerate(responses) if not r.error]
-    asked = [(items[i]["question"], items[i]["choices"], [responses[i].text]) for i in answered]
+    texts = [(asked[i][0]["question"], asked[i][0]["choices"], [responses[i].text]) for i in answered]
     answers, extractions = read_answers(
-        extractor or client, prompts, asked, prefill, seed, extract_temperature
+        extractor or client, prompts, texts, prefill, seed, extract_temperature
     )
     read = {i: (a, x) for i, [a], x in zip(answered, answers, extractions, strict=True)}
-    records = []
-    for i, (item, response) in enumerate(zip(items, responses, strict=True)):
-        answer, extracted = read.get(i, (None, []))
+    records, extracted = [], []
+    for i, ((item, mitigation), response) in enumerate(zip(asked, responses, strict=True)):
+        answer, extraction = read.get(i, (None, []))
+        extracted.append(extraction)
         records.append(
             {
                 "qid": item["qid"],
@@ -135,10 +166,16 @@ def evaluate(
                 "correct": answer == item["answer_index"],
                 "status": _status(response, answer, max_tokens),
                 "raw": (prefill or "") + response.text,
-                **({"extract_raw": extracted[0].text} if extracted else {}),
+                **({"extract_raw": extraction[0].text} if extraction else {}),
             }
         )
-    return records
+    split, start = [], 0
+    for items, _ in parts:
+        end = start + len(items)
+        mine = [r for x in extracted[start:end] for r in x]
+        split.append(Part(records[start:end], responses[start:end], mine))
+        start = end
+    return split
 
 
 def _status(response: Any, answer: int | None, max_tokens: int) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from stressprobe.cdv.classifier import prompt_probabilities
 from stressprobe.cdv.clients import role_clients, write_merged_usage
-from stressprobe.cdv.evaluate import cell_originals, eval_items, evaluate, union_questions
+from stressprobe.cdv.evaluate import cell_originals, eval_items, evaluate, evaluate_parts, union_questions
 from stressprobe.cdv.prompt_file import OWN, prompt_set
 from stressprobe.cdv.search import (
     SearchSettings,
@@ -21,7 +21,7 @@ from stressprobe.cdv.search import (
     summarize_search,
 )
 from stressprobe.io import read_jsonl, write_json, write_jsonl
-from stressprobe.llm.usage import effective_price
+from stressprobe.llm.usage import Usage, effective_price
 
 log = logging.getLogger("stressprobe.cdv")
 
@@ -217,12 +217,13 @@ def evaluate_cell(
     mitigated: bool,
 ) -> None:
     """Rules cdv_eval and cdv_mitigation: one cell's records, its originals picked from the dataset's shared
-    file (`originals`), its perturbed questions (and, without mitigation, baselines) asked here; the
-    records are those asking everything here would give, in the same order."""
+    file (`originals`; "": the dataset's one cell evaluating `model` asks them here), its perturbed
+    questions (and, without mitigation, baselines) asked here; the records are those asking everything
+    here would give, in the same order."""
     questions = read_jsonl(cell.questions)
-    shared = cell_originals(read_jsonl(originals), questions, originals)
+    shared = cell_originals(read_jsonl(originals), questions, originals) if originals else []
     baselines = read_jsonl(cell.baselines) if cell.baselines else []
-    items = eval_items(questions, read_jsonl(cell.perturbed), baselines, originals=False)
+    items = eval_items(questions, read_jsonl(cell.perturbed), baselines, originals=not originals)
     with role_clients(dict(models), settings.roles(model), cache_path) as clients:
         records = shared + _evaluate(clients, items, mitigated, settings)
         write_merged_usage(clients, cell.usage)
@@ -234,26 +235,44 @@ def evaluate_group(
 ) -> None:
     """Evaluate `model` on every cell with one client (one model load): per cell, the originals, perturbed
     questions and baselines, and with mitigation the originals and perturbed questions under the focus
-    instruction; the same files as cdv_eval and cdv_mitigation write per cell. The job is the one owner of
-    its (dataset, model)'s originals: a later cell's asks of them are this job's own cache hits."""
-    with role_clients(dict(models), settings.roles(model), cache_path) as clients:
-        for cell in cells:
-            questions = read_jsonl(cell.questions)
-            perturbed = read_jsonl(cell.perturbed)
-            baselines = read_jsonl(cell.baselines) if cell.baselines else []
-            jobs = [(False, eval_items(questions, perturbed, baselines), cell.records, cell.usage)]
-            if cell.mitigation:
-                # As cdv_mitigation: originals and perturbed questions only, no baselines.
-                jobs.append(
-                    (True, eval_items(questions, perturbed, []), cell.mitigation, cell.mitigation_usage)
-                )
-            for mitigated, items, records_path, usage_path in jobs:
-                for client in clients.values():
-                    client.reset_usage()  # each output's sidecar counts its own calls
-                records = _evaluate(clients, items, mitigated, settings)
-                write_merged_usage(clients, usage_path)
-                write_jsonl(records_path, records)
-                log.info("%s %s: %d records (mitigation %s)", model, cell.name, len(records), mitigated)
+    instruction; the same files as cdv_eval and cdv_mitigation write per cell. Every cell's requests go to
+    the model in one call (an engine that batches sees the whole job), each answer committed to the cache
+    as it returns. The job is the one owner of its (dataset, model)'s originals: a later cell's asks of
+    them are this job's own hits, as the duplicates of one call are."""
+    outputs = []
+    for cell in cells:
+        questions = read_jsonl(cell.questions)
+        perturbed = read_jsonl(cell.perturbed)
+        baselines = read_jsonl(cell.baselines) if cell.baselines else []
+        outputs.append((False, eval_items(questions, perturbed, baselines), cell, cell.records, cell.usage))
+        if cell.mitigation:
+            # As cdv_mitigation: originals and perturbed questions only, no baselines.
+            items = eval_items(questions, perturbed, [])
+            outputs.append((True, items, cell, cell.mitigation, cell.mitigation_usage))
+    s = settings
+    with role_clients(dict(models), s.roles(model), cache_path) as clients:
+        parts = evaluate_parts(
+            clients["eval"],
+            [(items, mitigated) for mitigated, items, *_ in outputs],
+            s.max_tokens,
+            s.seed,
+            s.prefill,
+            s.temperature,
+            s.prompts,
+            clients["extract"],
+            s.extract_temperature,
+        )
+        for index, ((mitigated, _, cell, records_path, usage_path), part) in enumerate(
+            zip(outputs, parts, strict=True)
+        ):
+            usage = {"eval": Usage.of(part.asked), "extract": Usage.of(part.extracted)}
+            if index == 0:  # Retries are the job's, not a cell's: counted once, so sums stay right.
+                usage["eval"].retries = clients["eval"].usage.retries
+                if clients["extract"] is not clients["eval"]:
+                    usage["extract"].retries = clients["extract"].usage.retries
+            write_merged_usage(clients, usage_path, usage)
+            write_jsonl(records_path, part.records)
+            log.info("%s %s: %d records (mitigation %s)", model, cell.name, len(part.records), mitigated)
 
 
 @dataclass(frozen=True)

@@ -225,13 +225,6 @@ class Client:
         if stopped:
             raise stopped[0]
 
-    def reset_usage(self) -> None:
-        """Start counting afresh (a job answering several cells writes one usage sidecar per cell); the
-        progress lines go on counting the whole job."""
-        self.progress.carry(self.usage)
-        self.usage = Usage()
-        self.backend.retries = 0
-
     def usage_record(self, usage: Usage | None = None) -> dict[str, Any]:
         """This job's usage so far (calls, cache hits, errors, retries, tokens, cost), as the sidecar holds
         it; or `usage`, a part of it (one cell's share of a job that asked several at once)."""

@@ -131,7 +131,6 @@ class Progress:
         self.bar = wants_bar(self.stream)
         self.heartbeat = heartbeat
         self.usage = Usage()
-        self.past = Usage()  # what the client counted before its last `reset_usage` (earlier cells)
         self.batches = 0
         self.lines = 0
         self.started = clock()
@@ -142,17 +141,6 @@ class Progress:
         self._bar_open = False
         self.total = self.done = self.fresh = self.cached = self.last_done = 0
         self.batch_start = self.last_time = self.last_bar = self.started
-
-    @property
-    def job_usage(self) -> Usage:
-        """The job's totals: the client's current count plus every count it reset (one per cell)."""
-        return self.past + self.usage
-
-    def carry(self, usage: Usage) -> None:
-        """The client starts a new count (a new cell's sidecar): keep the old one in the job's totals."""
-        with self._lock:
-            self.past = self.past + usage
-            self.usage = Usage()
 
     @property
     def big(self) -> bool:
@@ -207,7 +195,7 @@ class Progress:
             if self.batches > 1 or (self.batches == 1 and not self.big):
                 elapsed = self.clock() - self.started
                 label = f"{self.label} finished in {format_duration(elapsed)}"
-                usage = self.job_usage
+                usage = self.usage
                 self._line(progress_line(label, 0, None, usage.calls_made, elapsed, usage, self.price))
             self._end_bar()
 
@@ -225,7 +213,7 @@ class Progress:
         elapsed = now - self.batch_start
         total = self.total if self.big else None
         # The client counts a batch's cache hits when the batch ends; until then they are this batch's.
-        usage = self.job_usage
+        usage = self.usage
         hits = usage.cache_hits + (self.cached if self._batch_open else 0)
         self._line(progress_line(self.label, self.done, total, self.fresh, elapsed, usage, self.price, hits))
         self.last_done = self.done

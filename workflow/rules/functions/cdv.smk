@@ -152,12 +152,24 @@ def cdv_eval_inputs(wildcards):
 CDV_ORIGINALS = "results/cdv/{dataset}/originals/{kind}/{model}"
 
 
-def cdv_originals_file(kind):
-    """The shared originals that a cell's `kind` evaluation (eval or mitigation) of `{model}` reads."""
-    return (
-        lambda w: CDV_ORIGINALS.format(dataset=w.dataset, kind=kind, model=w.model)
-        + ".jsonl"
-    )
+def cdv_originals_input(kind):
+    """{"originals": the shared originals that a cell's `kind` evaluation (eval or mitigation) of `{model}`
+    reads}, where more than one cell of the dataset evaluates the model; {} where one does (it asks its
+    originals itself: a job of their own would only add a job's start and a model load).
+    """
+
+    def inputs(w):
+        cells = [c for c in cdv_cell_specs() if w.model in cdv_eval_models(c[1], c[0])]
+        if len(cells) < 2:
+            return {}
+        return {
+            "originals": CDV_ORIGINALS.format(
+                dataset=w.dataset, kind=kind, model=w.model
+            )
+            + ".jsonl"
+        }
+
+    return inputs
 
 
 def cdv_originals_questions(wildcards):
