@@ -102,13 +102,13 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
     step(
         "table 4",
         lambda: system_tables.write_ranking_agreement(
-            frames("systems"), CONFIG["rbo_phi"], tables / "table4_ranking_agreement"
+            frames("systems"), CONFIG["rbo_phi"], tables / "table4_ranking_agreement", frames("shift")
         ),
     )
     step(
         "table 5",
         lambda: system_tables.write_displacement_table(
-            frames("systems"), tables / "table5_rank_displacement"
+            frames("systems"), tables / "table5_rank_displacement", frames("shift")
         ),
     )
     boot = CONFIG["bootstrap"]
@@ -120,13 +120,18 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
             boot["seed"],
             boot["level"],
             tables / "table6_displacement_ci",
+            frames("shift"),
         ),
     )
     run_types = analysis.read_run_types(order["dataset"], [p["run_metadata"] for p in datasets])
     step(
         "table 7",
         lambda: system_tables.write_sensitive_systems(
-            frames("systems"), run_types, CONFIG["top_k_sensitive"], tables / "table7_sensitive_systems"
+            frames("systems"),
+            run_types,
+            CONFIG["top_k_sensitive"],
+            tables / "table7_sensitive_systems",
+            frames("shift"),
         ),
     )
     step(
@@ -164,13 +169,20 @@ def build_all(root: Path, order: dict) -> list[tuple[str, float]]:
     step(
         "direction consistency",
         lambda: system_tables.write_direction_consistency(
-            frames("systems"), tables / "direction_consistency", tables / "direction_consistency_counts"
+            frames("systems"),
+            tables / "direction_consistency",
+            tables / "direction_consistency_counts",
+            frames("shift"),
         ),
     )
     step(
         "persona sources",
         lambda: system_tables.write_persona_sources(
-            frames("kappa"), frames("systems"), CONFIG["rbo_phi"], tables / "persona_sources"
+            frames("kappa"),
+            frames("systems"),
+            CONFIG["rbo_phi"],
+            tables / "persona_sources",
+            frames("shift"),
         ),
     )
     return times

@@ -7,7 +7,8 @@ from stressprobe.tables import stem
 
 def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
-    system_tables.write_direction_consistency(systems, stem(smk.output.table), stem(smk.output.counts))
+    shift = analysis.read_frames(smk.input.shift, smk.params.order)
+    system_tables.write_direction_consistency(systems, stem(smk.output.table), stem(smk.output.counts), shift)
 
 
 run_script(main, snakemake)  # noqa: F821

@@ -9,7 +9,12 @@ def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
     boot = smk.params.bootstrap
     system_tables.write_displacement_ci(
-        systems, boot["resamples"], boot["seed"], boot["level"], stem(smk.output.table)
+        systems,
+        boot["resamples"],
+        boot["seed"],
+        boot["level"],
+        stem(smk.output.table),
+        analysis.read_frames(smk.input.shift, smk.params.order),
     )
 
 

@@ -9,7 +9,12 @@ def main(smk):
     kappa = analysis.read_frames(smk.input.kappa, smk.params.order)
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
     system_tables.write_persona_sources(
-        kappa, systems, smk.params.rbo_phi, stem(smk.output.table), smk.params.undefined_kappa
+        kappa,
+        systems,
+        smk.params.rbo_phi,
+        stem(smk.output.table),
+        analysis.read_frames(smk.input.shift, smk.params.order),
+        smk.params.undefined_kappa,
     )
 
 

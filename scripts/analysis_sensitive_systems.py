@@ -9,7 +9,8 @@ from stressprobe.tables import stem
 def main(smk):
     systems = analysis.read_frames(smk.input.systems, smk.params.order)
     run_types = analysis.read_run_types(smk.params.order["dataset"], smk.input.run_metadata)
-    system_tables.write_sensitive_systems(systems, run_types, smk.params.top_k, stem(smk.output.table))
+    shift = analysis.read_frames(smk.input.shift, smk.params.order)
+    system_tables.write_sensitive_systems(systems, run_types, smk.params.top_k, stem(smk.output.table), shift)
     paper_tables.write_representative_systems(
         systems,
         run_types,

@@ -187,9 +187,11 @@ def test_displacement_without_a_baseline_condition_is_empty_and_tables_accept_it
     assert frame.empty
     assert list(frame.columns) == ["dataset", "model", "condition", "run", "delta_rank", "delta_ndcg"]
     system_tables.write_displacement_table(systems, tmp_path / "table5", NO_FAILED_CALLS)
-    system_tables.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6")
-    system_tables.write_sensitive_systems(systems, {}, 3, tmp_path / "table7")
-    system_tables.write_direction_consistency(systems, tmp_path / "direction", tmp_path / "counts")
+    system_tables.write_displacement_ci(systems, 100, 42, 0.95, tmp_path / "table6", NO_FAILED_CALLS)
+    system_tables.write_sensitive_systems(systems, {}, 3, tmp_path / "table7", NO_FAILED_CALLS)
+    system_tables.write_direction_consistency(
+        systems, tmp_path / "direction", tmp_path / "counts", NO_FAILED_CALLS
+    )
     for stem in ("table5", "table6", "table7", "direction", "counts"):
         assert (tmp_path / f"{stem}.csv").is_file()
 
@@ -315,13 +317,13 @@ def build_everything(root, order):
     judgment_tables.write_label_shift_table(shift, t / "label_shift")
     figures.write_label_shift_figure(shift, (f / "shift.png", f / "shift.pdf"), order, options)
     figures.write_ndcg_scatter(systems, (f / "f2.png", f / "f2.pdf"), order, options)
-    system_tables.write_ranking_agreement(systems, 0.9, t / "table4", NO_FAILED_CALLS)
-    system_tables.write_displacement_table(systems, t / "table5", NO_FAILED_CALLS)
-    system_tables.write_displacement_ci(systems, 200, 42, 0.95, t / "table6")
+    system_tables.write_ranking_agreement(systems, 0.9, t / "table4", shift)
+    system_tables.write_displacement_table(systems, t / "table5", shift)
+    system_tables.write_displacement_ci(systems, 200, 42, 0.95, t / "table6", shift)
     run_types = analysis.read_run_types(order["dataset"], [p["run_metadata"] for p in paths.values()])
-    system_tables.write_sensitive_systems(systems, run_types, 3, t / "table7")
-    system_tables.write_direction_consistency(systems, t / "direction", t / "direction_counts")
-    system_tables.write_persona_sources(kappa, systems, 0.9, t / "sources")
+    system_tables.write_sensitive_systems(systems, run_types, 3, t / "table7", shift)
+    system_tables.write_direction_consistency(systems, t / "direction", t / "direction_counts", shift)
+    system_tables.write_persona_sources(kappa, systems, 0.9, t / "sources", shift)
     return sorted(
         p for p in (root / "results").rglob("*") if p.is_file() and p.parent.name in ("tables", "figures")
     )

@@ -93,7 +93,7 @@ def test_openai_retired_model_stops_after_one_attempt(tmp_path):
     assert message == (
         "config models.api.model: 'test-model' is not served: retired, or a wrong id (HTTP 404 "
         "model_not_found: The model `test-model` does not exist or you do not have access to it.); set "
-        "models.api.model to an id the provider lists" + KEPT
+        "models.api.substitute to a current model id (or correct models.api.model if misspelt)" + KEPT
     )
 
 
@@ -269,7 +269,7 @@ def test_a_job_whose_model_is_retired_stops_with_one_line_no_output_and_keeps_th
     assert line == (
         "error: config models.api.model: 'test-model' is not served: retired, or a wrong id (HTTP 404 "
         "model_not_found: The model `test-model` does not exist or you do not have access to it.); set "
-        "models.api.model to an id the provider lists" + KEPT
+        "models.api.substitute to a current model id (or correct models.api.model if misspelt)" + KEPT
     )
     assert 1 <= refused <= 4  # the calls in flight (concurrency 4), none retried
     assert not any(path.exists() for path in cell.values() if path.suffix != ".log")

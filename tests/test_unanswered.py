@@ -428,3 +428,171 @@ def test_the_configured_prompt_classifier_is_scored_on_its_answered_test_questio
     assert all(r["keep"] for r in failed) and not any(r["keep"] for r in answered)
     assert metrics["precision"] is None
     assert metrics["recall"] == (0.0 if metrics["positives_test"] else None)
+
+
+# ---- persona: Tables 6-7, direction consistency and the persona sources, from judgments with failed calls ----
+
+SOURCES = ("personahub/query", "uspersona/query")
+SYSTEM_ORDER = {"dataset": ["d"], "model": ["m1", "m2"], "condition": ["baseline/umbrela", *SOURCES]}
+SYSTEM_DOCS = [f"d{i}" for i in range(6)]
+# Five runs ranking the six documents of one query; each judge cell grades them, some calls failing.
+SYSTEM_RUNS = {
+    f"r{i}": {"q1": {d: float(s) for d, s in zip(SYSTEM_DOCS, scores, strict=True)}}
+    for i, scores in enumerate(
+        [(6, 5, 4, 3, 2, 1), (1, 2, 3, 4, 5, 6), (3, 6, 1, 5, 2, 4), (5, 1, 6, 2, 4, 3)]
+    )
+}
+SYSTEM_RUNS["r4"] = {"q1": {d: float(s) for d, s in zip(SYSTEM_DOCS, (2, 4, 6, 1, 3, 5), strict=True)}}
+HUMAN_GRADES = {"d0": 3, "d1": 0, "d2": 2, "d3": 1, "d4": 0, "d5": 2}
+# (grades of d0..d5, None = the call failed) per cell
+SYSTEM_CELLS = {
+    ("m1", "baseline/umbrela"): (3, 1, 2, None, 0, 2),
+    ("m1", "personahub/query"): (None, 1, 3, 2, 0, None),
+    ("m1", "uspersona/query"): (2, 0, None, 1, 3, 2),
+    ("m2", "baseline/umbrela"): (3, 0, 2, 1, 0, 2),
+    ("m2", "personahub/query"): (0, None, 3, 2, 1, 3),
+    ("m2", "uspersona/query"): (None, None, 2, 3, 0, 1),
+}
+
+
+def cell_records(grades):
+    return [
+        {
+            "qid": "q1",
+            "docid": d,
+            "label": g,
+            "status": "error" if g is None else "ok",
+            "label_rule": "answer",
+        }
+        for d, g in zip(SYSTEM_DOCS, grades, strict=True)
+    ]
+
+
+def failed_in(model, conditions):
+    return sum(g is None for c in conditions for g in SYSTEM_CELLS[(model, c)])
+
+
+def hand_ndcg(grades, failed_graded_zero=False):
+    """nDCG@10 of every run by the textbook formula, from the cell's answered grades alone: a failed call's
+    document is taken out of each ranking (or, to show the difference, left in as not relevant)."""
+    from tests.test_evaluation import reference_ndcg10
+
+    answered = {d: g for d, g in zip(SYSTEM_DOCS, grades, strict=True) if g is not None}
+    return {
+        run: reference_ndcg10(
+            answered, {d: s for d, s in ranked["q1"].items() if failed_graded_zero or d in answered}
+        )
+        for run, ranked in SYSTEM_RUNS.items()
+    }
+
+
+def hand_displacement(failed_graded_zero=False):
+    """(model, condition) -> run -> Δr vs the model's UMBRELA ranking (rank 1 = best, ties averaged)."""
+    from scipy.stats import rankdata
+
+    def ranks(grades):
+        scores = hand_ndcg(grades, failed_graded_zero)
+        return dict(zip(scores, rankdata([-round(s, 12) for s in scores.values()]), strict=True))
+
+    out = {}
+    for model in SYSTEM_ORDER["model"]:
+        base = ranks(SYSTEM_CELLS[(model, "baseline/umbrela")])
+        for condition in SOURCES:
+            cond = ranks(SYSTEM_CELLS[(model, condition)])
+            out[(model, condition)] = {run: cond[run] - base[run] for run in SYSTEM_RUNS}
+    return out
+
+
+@pytest.fixture
+def system_study(tmp_path):
+    """The frames the workflow builds from the cells' judgments: nDCG@10 with the failed pairs' documents
+    taken out (write_qrels), κ and the label shift (write_judgment_frames)."""
+    rows, labels = [], {}
+    for (model, condition), grades in SYSTEM_CELLS.items():
+        records = cell_records(grades)
+        path = judgments(tmp_path / f"{model}-{condition.replace('/', '-')}.jsonl", [])
+        write_jsonl(path, records)
+        labels[(model, condition)] = analysis.read_judgments(path)
+        table = ndcg_table(judgment_qrels(records), SYSTEM_RUNS, unanswered=unanswered_pairs(records))
+        rows += [("d", model, condition, r["run"], r[MEASURE]) for r in table if r["qid"] == "all"]
+    human = ndcg_table({"q1": HUMAN_GRADES}, SYSTEM_RUNS)
+    rows += [("d", "human", "human/human", r["run"], r[MEASURE]) for r in human if r["qid"] == "all"]
+    systems = analysis.categorize(
+        pd.DataFrame(rows, columns=["dataset", "model", "condition", "run", "ndcg"]), SYSTEM_ORDER
+    )
+    human_labels = analysis.qrels_frame({"q1": HUMAN_GRADES})
+    kappa = analysis.categorize(analysis.dataset_kappa("d", labels, human_labels), SYSTEM_ORDER)
+    shift = analysis.categorize(analysis.dataset_label_shift("d", labels), SYSTEM_ORDER)
+    return systems, kappa, shift
+
+
+def test_the_test_cells_rank_differently_when_failed_calls_are_graded_zero():
+    # Guard: the cells below would give other displacements if a failed call counted as not relevant.
+    assert hand_displacement() != hand_displacement(failed_graded_zero=True)
+
+
+def test_table6_is_computed_from_the_answered_pairs_and_counts_the_failed_calls(system_study, tmp_path):
+    systems, _, shift = system_study
+    system_tables.write_displacement_ci(systems, 200, 7, 0.95, tmp_path / "t6", shift)
+    table = pd.read_csv(tmp_path / "t6.csv").set_index("model")
+    delta = hand_displacement()
+    for model in SYSTEM_ORDER["model"]:
+        sensitivity = [np.mean([abs(delta[(model, c)][run]) for c in SOURCES]) for run in SYSTEM_RUNS]
+        assert table.loc[model, "mean |Δr|"] == pytest.approx(np.mean(sensitivity), abs=0.005)
+        assert table.loc[model, "unanswered"] == failed_in(model, SOURCES)
+        assert table.loc[model, "unanswered_umbrela"] == failed_in(model, ["baseline/umbrela"])
+    assert table["unanswered"].tolist() != [0, 0]
+
+
+def test_table7_is_computed_from_the_answered_pairs_and_counts_the_failed_calls(system_study, tmp_path):
+    systems, _, shift = system_study
+    system_tables.write_sensitive_systems(systems, {}, len(SYSTEM_RUNS), tmp_path / "t7", shift)
+    table = pd.read_csv(tmp_path / "t7.csv").set_index("run")
+    delta = hand_displacement()
+    for run in SYSTEM_RUNS:
+        assert table.loc[run, "mean |Δr|"] == pytest.approx(
+            np.mean([abs(d[run]) for d in delta.values()]), abs=0.005
+        )
+    models = SYSTEM_ORDER["model"]
+    assert set(table["unanswered"]) == {sum(failed_in(m, SOURCES) for m in models)}
+    assert set(table["unanswered_umbrela"]) == {sum(failed_in(m, ["baseline/umbrela"]) for m in models)}
+
+
+def test_direction_consistency_is_computed_from_the_answered_pairs_and_counts_the_failed_calls(
+    system_study, tmp_path
+):
+    systems, _, shift = system_study
+    system_tables.write_direction_consistency(systems, tmp_path / "list", tmp_path / "counts", shift)
+    listing = pd.read_csv(tmp_path / "list.csv")
+    counts = pd.read_csv(tmp_path / "counts.csv").set_index("condition")
+    delta = hand_displacement()
+    models = SYSTEM_ORDER["model"]
+    for condition in SOURCES:
+        signs = {run: {np.sign(delta[(m, condition)][run]) for m in models} for run in SYSTEM_RUNS}
+        expected = {(run, "up" if s == {-1} else "down") for run, s in signs.items() if s in ({-1}, {1})}
+        mine = listing[listing["condition"] == condition]
+        assert set(zip(mine["run"], mine["direction"], strict=True)) == expected
+        failed = sum(failed_in(m, [condition]) for m in models)
+        umbrela = sum(failed_in(m, ["baseline/umbrela"]) for m in models)
+        assert (counts.loc[condition, "consistent"], counts.loc[condition, "unanswered"]) == (
+            len(expected),
+            failed,
+        )
+        assert counts.loc[condition, "unanswered_umbrela"] == umbrela
+        assert set(mine["unanswered"]) <= {failed} and set(mine["unanswered_umbrela"]) <= {umbrela}
+
+
+def test_persona_sources_are_computed_from_the_answered_pairs_and_count_each_sides_failed_calls(
+    system_study, tmp_path
+):
+    systems, kappa, shift = system_study
+    system_tables.write_persona_sources(kappa, systems, 0.9, tmp_path / "sources", shift)
+    table = pd.read_csv(tmp_path / "sources.csv").set_index("model")
+    delta = hand_displacement()
+    for model in SYSTEM_ORDER["model"]:
+        row = table.loc[model]
+        for condition, short in zip(SOURCES, ("PH", "US"), strict=True):
+            mean = np.mean([abs(v) for v in delta[(model, condition)].values()])
+            assert row[f"mean |Δr| {short}"] == pytest.approx(mean, abs=0.005)
+            assert row[f"unanswered {short}"] == failed_in(model, [condition])
+        assert row["unanswered_umbrela"] == failed_in(model, ["baseline/umbrela"])

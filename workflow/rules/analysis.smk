@@ -252,6 +252,7 @@ rule analysis_rank_displacement:
 rule analysis_displacement_ci:
     input:
         systems=ANALYSIS_SYSTEMS,
+        shift=ANALYSIS_SHIFT,
     output:
         **table_outputs(
             "table6_displacement_ci",
@@ -276,6 +277,7 @@ rule analysis_displacement_ci:
 rule analysis_sensitive_systems:
     input:
         systems=ANALYSIS_SYSTEMS,
+        shift=ANALYSIS_SHIFT,
         run_metadata=expand(
             "results/data/{dataset}/run_metadata.tsv", dataset=judging_datasets()
         ),
@@ -311,6 +313,7 @@ rule analysis_sensitive_systems:
 rule analysis_direction_consistency:
     input:
         systems=ANALYSIS_SYSTEMS,
+        shift=ANALYSIS_SHIFT,
     output:
         **table_outputs(
             "direction_consistency",
@@ -342,6 +345,7 @@ rule analysis_persona_sources:
     input:
         kappa=ANALYSIS_KAPPA,
         systems=ANALYSIS_SYSTEMS,
+        shift=ANALYSIS_SHIFT,
     output:
         **table_outputs(
             "persona_sources", "persona_sources", "Persona study", "Persona sources"

@@ -65,7 +65,7 @@ WHAT = {
     "request": ("", "refuses the request as sent"),
 }
 FIX = {
-    "model": "set models.{name}.model to an id the provider lists",
+    "model": "set models.{name}.substitute to a current model id (or correct models.{name}.model if misspelt)",
     "context": "shorten the inputs or use a model with a longer context",
     "system": "set models.{name}.system_role: user to fold system turns into the first user turn",
     "parameter": "list it under models.{name}.unsupported_params (or set its token_limit_param or system_role)",

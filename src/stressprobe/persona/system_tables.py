@@ -282,26 +282,36 @@ def persona_source_table(
     return pd.DataFrame(rows, columns=["dataset", "model", "role", *(column for *_, column in metrics)])
 
 
-def with_unanswered(table: pd.DataFrame, shift: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """`table` with the failed judging calls behind each row (from the label-shift frame; the row's nDCG@10
-    left their documents out of the rankings): `unanswered`, those of the cells matching the row on `by`,
-    and, where rows compare with UMBRELA (`by` without `model`), `unanswered_umbrela`, those of the same
-    models' UMBRELA cells."""
+def failed_calls(shift: pd.DataFrame) -> dict[tuple[str, str, str], int]:
+    """(dataset, model, condition) -> the cell's failed judging calls, from the label-shift frame."""
     grouped = shift.groupby(CELL, observed=True)[UNANSWERED].sum()
-    counts = {tuple(str(k) for k in key): int(n) for key, n in grouped.items()}
+    return {tuple(str(k) for k in key): int(n) for key, n in grouped.items()}
 
-    def total(row: pd.Series, umbrela: bool = False) -> int:
-        n = 0
-        for (dataset, model, condition), count in counts.items():
-            cell = {"dataset": dataset, "model": model, "condition": condition}
-            if all(cell[c] == str(row[c]) for c in by):
-                n += counts.get((dataset, model, BASELINE), 0) if umbrela else count
-        return n
+
+def with_unanswered(
+    table: pd.DataFrame, shift: pd.DataFrame, by: Sequence[str], vs_umbrela: bool = False
+) -> pd.DataFrame:
+    """`table` with the failed judging calls behind each row (from the label-shift frame; the row's nDCG@10
+    left their documents out of the rankings): `unanswered`, those of the cells matching the row on `by`.
+    Rows built from the displacement against UMBRELA (`vs_umbrela`) count their conditions' cells there and,
+    in `unanswered_umbrela`, the UMBRELA cells of the same models, once per model."""
+    counts = failed_calls(shift)
+
+    def matches(cell: tuple[str, str, str], row: pd.Series) -> bool:
+        named = dict(zip(CELL, cell, strict=True))
+        return all(named[c] == str(row[c]) for c in by)
+
+    def conditions(row: pd.Series) -> int:
+        return sum(n for c, n in counts.items() if matches(c, row) and not (vs_umbrela and c[2] == BASELINE))
+
+    def umbrela(row: pd.Series) -> int:
+        models = {c[:2] for c in counts if matches(c, row) and c[2] != BASELINE}
+        return sum(counts.get((*m, BASELINE), 0) for m in sorted(models))
 
     table = table.copy()
-    table[UNANSWERED] = [total(row) for _, row in table.iterrows()]
-    if "model" not in by:
-        table[f"{UNANSWERED}_umbrela"] = [total(row, umbrela=True) for _, row in table.iterrows()]
+    table[UNANSWERED] = [conditions(row) for _, row in table.iterrows()]
+    if vs_umbrela:
+        table[f"{UNANSWERED}_umbrela"] = [umbrela(row) for _, row in table.iterrows()]
     return table
 
 
@@ -317,7 +327,7 @@ def write_displacement_table(systems: pd.DataFrame, stem: str, shift: pd.DataFra
     with the failed judging calls of the condition's and UMBRELA's cells (`shift`: the label-shift frame)."""
     table = displacement_by_condition_table(displacement_frame(systems))
     if not table.empty:
-        table = with_unanswered(table, shift, ["dataset", "condition"])
+        table = with_unanswered(table, shift, ["dataset", "condition"], vs_umbrela=True)
     if not table.empty:  # rows as in the paper: by role, PersonaHub before USPersona, then the fixed roles
         conditions = table["condition"].astype(str)
         rank = {c: i for i, c in enumerate(in_paper_order(conditions.unique(), PAPER_TABLE5_ORDER))}
@@ -326,34 +336,72 @@ def write_displacement_table(systems: pd.DataFrame, stem: str, shift: pd.DataFra
     tables.write_table(table, stem, DECIMALS, bold=best_in_datasets(table, "mean |Δr|"))
 
 
-def write_displacement_ci(systems: pd.DataFrame, resamples: int, seed: int, level: float, stem: str) -> None:
-    """Table 6: mean |Δr| per dataset × model with its bootstrap CI over systems, most sensitive first."""
+def write_displacement_ci(
+    systems: pd.DataFrame, resamples: int, seed: int, level: float, stem: str, shift: pd.DataFrame
+) -> None:
+    """Table 6: mean |Δr| per dataset × model with its bootstrap CI over systems, most sensitive first; with
+    the failed judging calls of the model's conditions and of its UMBRELA cell (`shift`: the label-shift
+    frame)."""
     table = displacement_ci_table(displacement_frame(systems), resamples, seed, level)
+    table = with_unanswered(table, shift, ["dataset", "model"], vs_umbrela=True)
     tables.write_table(table, stem, DECIMALS, bold=best_in_datasets(table, "mean |Δr|"))
 
 
 def write_sensitive_systems(
-    systems: pd.DataFrame, run_types: Mapping[str, Mapping[str, str]], top_k: int, stem: str
+    systems: pd.DataFrame,
+    run_types: Mapping[str, Mapping[str, str]],
+    top_k: int,
+    stem: str,
+    shift: pd.DataFrame,
 ) -> None:
-    """Table 7: the most sensitive systems per dataset with their type from the run metadata."""
-    tables.write_table(sensitive_systems_table(displacement_frame(systems), run_types, top_k), stem, DECIMALS)
+    """Table 7: the most sensitive systems per dataset with their type from the run metadata; with the
+    failed judging calls of the dataset's conditions and UMBRELA cells (`shift`: the label-shift frame)."""
+    table = sensitive_systems_table(displacement_frame(systems), run_types, top_k)
+    tables.write_table(with_unanswered(table, shift, ["dataset"], vs_umbrela=True), stem, DECIMALS)
 
 
-def write_direction_consistency(systems: pd.DataFrame, list_stem: str, counts_stem: str) -> None:
-    """System–condition pairs with the same sign of Δr under every model: the list and counts."""
+def write_direction_consistency(
+    systems: pd.DataFrame, list_stem: str, counts_stem: str, shift: pd.DataFrame
+) -> None:
+    """System–condition pairs with the same sign of Δr under every model: the list and counts; each row
+    with the failed judging calls of its condition's and UMBRELA's cells (`shift`: the label-shift frame)."""
     listing, counts = direction_consistency_tables(displacement_frame(systems))
-    tables.write_table(listing, list_stem, DECIMALS)
-    tables.write_table(counts, counts_stem, DECIMALS)
+    by = ["dataset", "condition"]
+    tables.write_table(with_unanswered(listing, shift, by, vs_umbrela=True), list_stem, DECIMALS)
+    tables.write_table(with_unanswered(counts, shift, by, vs_umbrela=True), counts_stem, DECIMALS)
+
+
+def with_source_unanswered(table: pd.DataFrame, shift: pd.DataFrame) -> pd.DataFrame:
+    """The persona-source table with the failed judging calls behind each side: `unanswered PH` and
+    `unanswered US` (the role's cell of each source) and `unanswered_umbrela` (the model's UMBRELA cell,
+    which κ, W% and Δr compare with)."""
+    counts = failed_calls(shift)
+    table = table.copy()
+    for source, short in zip(RETRIEVED_SOURCES, ("PH", "US"), strict=True):
+        table[f"{UNANSWERED} {short}"] = [
+            counts.get((str(r["dataset"]), str(r["model"]), f"{source}/{r['role']}"), 0)
+            for _, r in table.iterrows()
+        ]
+    table[f"{UNANSWERED}_umbrela"] = [
+        counts.get((str(r["dataset"]), str(r["model"]), BASELINE), 0) for _, r in table.iterrows()
+    ]
+    return table
 
 
 def write_persona_sources(
-    kappa: pd.DataFrame, systems: pd.DataFrame, phi: float, stem: str, undefined: str = "tie"
+    kappa: pd.DataFrame,
+    systems: pd.DataFrame,
+    phi: float,
+    stem: str,
+    shift: pd.DataFrame,
+    undefined: str = "tie",
 ) -> None:
-    """PersonaHub vs USPersona per matched role, side by side."""
+    """PersonaHub vs USPersona per matched role, side by side, with the failed judging calls behind each
+    side (`shift`: the label-shift frame)."""
     table = persona_source_table(
         kappa_agreement_table(kappa),
         win_rate_significance_table(kappa, undefined),
         ranking_agreement_table(systems, phi),
         displacement_frame(systems),
     )
-    tables.write_table(table, stem, DECIMALS)
+    tables.write_table(with_source_unanswered(table, shift), stem, DECIMALS)
