@@ -224,6 +224,40 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
     assert table.loc["Figure 2", "run"] == pytest.approx(0.3)  # victim v2's row, not v1's
 
 
+def test_a_blank_scorecard_row_says_why(tmp_path):
+    values = tmp_path / "values.csv"
+    values.write_text(
+        "table,experiment,dataset,model,column,value,source\n"
+        "Table 3,filter_cost,all,with_filter,success_rate,0.82,t\n"
+        "Table 3,filter_cost,all,without_filter,success_rate,0.59,t\n"
+        "Table 3,filter_cost,MMLU,with_filter,success_rate,0.8,t\n"
+        "Table 7,classifier_study,all,none,precision,0.5,t\n",
+        encoding="utf-8",
+    )
+    # the run's cost table: a rate over no searched question is undefined (NaN), MMLU is not in it
+    built = {
+        "cdv_filter_cost": pd.DataFrame(
+            [
+                {"dataset": "all", "selection": "with_filter", "success_rate": 0.75},
+                {"dataset": "all", "selection": "without_filter", "success_rate": float("nan")},
+            ]
+        )
+    }
+    table = paper_report.vs_paper_table(
+        paper_report.read_paper_values(values), paper_report.run_values(built)
+    ).set_index(["table", "dataset", "model"])
+    assert table.loc[("Table 3", "all", "with_filter"), "why"] == ""
+    assert table.loc[("Table 3", "all", "without_filter"), "why"].startswith(
+        "undefined in this run: filter_cost"
+    )
+    assert table.loc[("Table 3", "MMLU", "with_filter"), "why"].startswith(
+        "not in this run: filter_cost has no dataset=MMLU"
+    )
+    assert table.loc[("Table 7", "all", "none"), "why"].startswith(
+        "not in this run: no classifier_study values"
+    )
+
+
 def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):
     bad = tmp_path / "values.csv"
     bad.write_text("table,value\nTable 1,0.5\n", encoding="utf-8")

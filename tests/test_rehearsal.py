@@ -264,5 +264,7 @@ def test_the_whole_paper_dag_runs_to_completion_under_the_rehearsal(rehearsal_di
         assert len(table.read_text(encoding="utf-8").splitlines()) > 1, f"{table.name}: no rows"
     assert all(f.stat().st_size > 0 for f in (results / "figures").rglob("*") if f.is_file())
     for card in ("vs_paper", "cdv_vs_paper"):
-        covered, printed, _ = scorecard_coverage(results / "tables" / f"{card}.csv")
+        covered, printed, blank = scorecard_coverage(results / "tables" / f"{card}.csv")
         assert printed > 0 and covered > 0, card
+        # a printed value without a run value says why in its row
+        assert [r for r in blank if not r.get("why")] == [], card
