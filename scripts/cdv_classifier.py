@@ -1,5 +1,5 @@
 """Perturbability classifier C(Q) on the label cells' search outcomes: the configured classifier's held-out
-precision/recall/F0.5 and filter effect, the classifier study (Table 7), and the unlabelled pool's scores."""
+precision/recall/F0.5 and filter effect, the classifier study (Table 7), and the cost experiment's pool's scores."""
 
 import json
 from pathlib import Path

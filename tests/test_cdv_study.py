@@ -128,10 +128,12 @@ def test_classifier_study_reports_every_classifier_on_the_same_test_split(study)
     assert metrics["n_test"] == 6 and metrics["f_beta"] == 1.0
 
 
-def test_pool_is_the_unlabelled_questions_scored_and_selection_keeps_the_kept_ones(study):
-    _, _, pool, _, unlabelled = study
-    assert {r["qid"] for r in pool} == {q["qid"] for q in unlabelled}
-    fragile = {q["qid"] for q in unlabelled if "fragile" in q["question"]}
+def test_pool_is_every_question_the_classifier_did_not_train_on_and_selection_keeps_the_kept_ones(study):
+    rows, _, pool, _, unlabelled = study
+    held_out = {r["qid"] for r in rows if r["split"] != "train"}
+    assert {r["qid"] for r in pool} == {q["qid"] for q in unlabelled} | held_out
+    assert not held_out & {r["qid"] for r in rows if r["split"] == "train"}
+    fragile = {r["qid"] for r in pool if int(r["qid"][1:]) % 2}
     assert {r["qid"] for r in pool if r["p"] >= 0.5} == fragile
     chosen = select_questions(pool, 3, 0.5, 1)
     assert len(chosen["selected"]) == 3 and set(chosen["selected"]) <= fragile
@@ -222,6 +224,40 @@ def test_vs_paper_puts_the_run_beside_each_published_value_and_leaves_gaps_blank
     assert table.loc["Figure 2", "run"] == pytest.approx(0.3)  # victim v2's row, not v1's
 
 
+def test_a_blank_scorecard_row_says_why(tmp_path):
+    values = tmp_path / "values.csv"
+    values.write_text(
+        "table,experiment,dataset,model,column,value,source\n"
+        "Table 3,filter_cost,all,with_filter,success_rate,0.82,t\n"
+        "Table 3,filter_cost,all,without_filter,success_rate,0.59,t\n"
+        "Table 3,filter_cost,MMLU,with_filter,success_rate,0.8,t\n"
+        "Table 7,classifier_study,all,none,precision,0.5,t\n",
+        encoding="utf-8",
+    )
+    # the run's cost table: a rate over no searched question is undefined (NaN), MMLU is not in it
+    built = {
+        "cdv_filter_cost": pd.DataFrame(
+            [
+                {"dataset": "all", "selection": "with_filter", "success_rate": 0.75},
+                {"dataset": "all", "selection": "without_filter", "success_rate": float("nan")},
+            ]
+        )
+    }
+    table = paper_report.vs_paper_table(
+        paper_report.read_paper_values(values), paper_report.run_values(built)
+    ).set_index(["table", "dataset", "model"])
+    assert table.loc[("Table 3", "all", "with_filter"), "why"] == ""
+    assert table.loc[("Table 3", "all", "without_filter"), "why"].startswith(
+        "undefined in this run: filter_cost"
+    )
+    assert table.loc[("Table 3", "MMLU", "with_filter"), "why"].startswith(
+        "not in this run: filter_cost has no dataset=MMLU"
+    )
+    assert table.loc[("Table 7", "all", "none"), "why"].startswith(
+        "not in this run: no classifier_study values"
+    )
+
+
 def test_a_values_file_without_the_columns_is_a_one_line_error(tmp_path):
     bad = tmp_path / "values.csv"
     bad.write_text("table,value\nTable 1,0.5\n", encoding="utf-8")
@@ -282,7 +318,7 @@ def _prf(precision, recall):
     }
 
 
-def test_an_original_the_victim_already_fails_is_neither_labelled_nor_in_the_pool():
+def test_an_original_the_victim_already_fails_is_not_labelled_and_is_in_the_pool_as_never_trained_on():
     items = _items(6) + [make_item("doomed", question="A doomed question?")]
     victim = ScriptedModel(
         correct=lambda contexts, q: 0 if "doomed" in q or (contexts and "fragile" in q) else 3
@@ -312,7 +348,42 @@ def test_an_original_the_victim_already_fails_is_neither_labelled_nor_in_the_poo
         {},
     )
     assert "doomed" not in {r["qid"] for r in rows}
-    assert {r["qid"] for r in pool} == {q["qid"] for q in items[:3]}
+    held_out = {r["qid"] for r in rows if r["split"] != "train"}
+    assert {r["qid"] for r in pool} == {q["qid"] for q in items[:3]} | {"doomed"} | held_out
+
+
+def test_the_cost_experiment_has_questions_to_draw_at_the_papers_shape():
+    # config/paper.yaml as the rehearsal scales it: four datasets whose every question the scale-up's label
+    # cell searches (the authors' 300-question files, n: null; 12 here), every original labelled
+    # (failed_originals: positive), 9 % validation and 10 % test, n questions per selection and dataset.
+    datasets = ["MMLU", "CommonsenseQA", "OpenbookQA", "TruthfulQA"]
+    questions, cells = {}, []
+    for dataset in datasets:
+        items = [{**q, "qid": f"{dataset}-{q['qid']}", "dataset": dataset} for q in _items(12)]
+        questions |= {q["qid"]: q for q in items}
+        records = search_records(
+            run_search(items, {r: _victim() for r in ("proxy", "semantic", "victim")}, SETTINGS)
+        )
+        cell = {"dataset": dataset, "proxy": "gpt-4o-mini", "victim": "gpt-4o-mini"}
+        cells.append(
+            (cell, records, {"proxy": "gpt-4o-mini", "victim": "gpt-4o-mini", "semantic": "gpt-4o-mini"})
+        )
+    settings = {
+        "kind": "trained",
+        "threshold": 0.5,
+        "model": None,
+        "validation_fraction": 0.09,
+        "test_fraction": 0.1,
+        "prompt_models": [],
+        "failed_originals": "positive",
+    }
+    rows, _, pool = run_classifier(cells, questions, settings, 42, _embed, _ask, {})
+    assert len({r["qid"] for r in rows}) == len(questions)  # the scale-up labelled every question
+    trained_on = {r["qid"] for r in rows if r["split"] == "train"}
+    assert pool and not trained_on & {r["qid"] for r in pool}
+    for dataset in datasets:
+        chosen = select_questions([r for r in pool if r["dataset"] == dataset], 1, 0.5, 42)
+        assert len(chosen["random"]) == 1, dataset
 
 
 def test_experiments_table_keeps_each_experiments_sample_and_prints_the_papers_delta(tmp_path):

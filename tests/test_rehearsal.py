@@ -14,6 +14,7 @@ import urllib.request
 
 import pytest
 import yaml
+from huggingface_hub import try_to_load_from_cache
 
 from tests.support.file_server import FileServer
 from tests.support.helpers import shared_data
@@ -84,6 +85,19 @@ def allowed(path: tuple) -> bool:
         ):
             return True
     return False
+
+
+PAPER_VLLM_MODELS = sorted(
+    m["model"]
+    for m in yaml.safe_load(PAPER.read_text(encoding="utf-8"))["models"].values()
+    if m["backend"] == "vllm"
+)
+
+
+def vllm_events(workdir) -> list[dict]:
+    """The vLLM stand-in's log of the rehearsal (every load and chat, with the job's HF_HUB_OFFLINE)."""
+    lines = (workdir / "vllm_standin.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
 
 
 def load(path):
@@ -232,10 +246,20 @@ def test_the_whole_paper_dag_runs_to_completion_under_the_rehearsal(rehearsal_di
         "rules of the paper's plan not executed"
     )
     assert error_records(rehearsal_dir) == []
+    # The vLLM jobs loaded each paper vLLM model offline, from the rehearsal's prepared cache only.
+    loads = [e for e in vllm_events(rehearsal_dir) if e["event"] == "load"]
+    assert {e["model"] for e in loads} >= set(PAPER_VLLM_MODELS)
+    assert {(e["hf_hub_offline"], e["hf_home"]) for e in loads} == {("1", str(rehearsal_dir / "hf"))}
+    for model in PAPER_VLLM_MODELS:
+        assert isinstance(
+            try_to_load_from_cache(model, "config.json", cache_dir=rehearsal_dir / "hf" / "hub"), str
+        )
     results = rehearsal_dir / "results"
     for table in sorted((results / "tables").glob("*.csv")):
         assert len(table.read_text(encoding="utf-8").splitlines()) > 1, f"{table.name}: no rows"
     assert all(f.stat().st_size > 0 for f in (results / "figures").rglob("*") if f.is_file())
     for card in ("vs_paper", "cdv_vs_paper"):
-        covered, printed, _ = scorecard_coverage(results / "tables" / f"{card}.csv")
+        covered, printed, blank = scorecard_coverage(results / "tables" / f"{card}.csv")
         assert printed > 0 and covered > 0, card
+        # a printed value without a run value says why in its row
+        assert [r for r in blank if not r.get("why")] == [], card

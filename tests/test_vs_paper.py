@@ -197,7 +197,20 @@ def test_vs_paper_sets_the_run_beside_each_published_cell(tmp_path):
     ):
         row = cell(*key)
         assert math.isnan(row["run"]) and math.isnan(row["difference"]) and row["paper in run CI"] is None
+        assert row["why"].startswith(f"not in this run: {key[0]} has no dataset={key[1]}, model=gpt-4o"), row[
+            "why"
+        ]
     assert table["paper"].tolist() == paper["value"].tolist()  # every paper cell, in file order
+    # Every blank row says why; a value the run computed as undefined (NaN) says so, a table the run
+    # did not compute at all says that.
+    assert (table["run"].isna() == (table["why"] != "")).all()
+    undefined = run.assign(value=run["value"].where(run["metric"] != "tau"))
+    again = vs_paper.vs_paper_table(paper.drop(columns="source"), undefined[undefined["table"] != "table7"])
+    why = again.set_index(["table", "metric"])["why"]
+    assert why[("table4", "tau")].startswith("undefined in this run: table4 dataset=dl20, model=gpt-4o")
+    assert why[("table7", "max_abs_rank_min")] == (
+        "not in this run: no table7 values (off in this config, or its table is empty)"
+    )
 
 
 def test_write_vs_paper_writes_the_scorecard_and_its_summary(tmp_path):

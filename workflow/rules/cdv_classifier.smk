@@ -14,7 +14,7 @@ rule cdv_classifier:
     output:
         predictions="results/cdv/classifier/predictions.jsonl",
         metrics="results/cdv/classifier/metrics.json",
-        # Unlabelled questions scored by the trained classifier: the cost experiment's pool.
+        # The questions the classifier did not train on, scored by it: the cost experiment's pool.
         pool="results/cdv/classifier/pool.jsonl",
     log:
         "results/logs/cdv/classifier.log",
@@ -38,7 +38,7 @@ rule cdv_classifier:
 rule cdv_classifier_lora:
     input:
         predictions="results/cdv/classifier/predictions.jsonl",
-        # The unlabelled questions, scored too: the cost experiment's selection when this one filters.
+        # The questions no classifier trained on, scored too: the cost experiment's selection when this one filters.
         pool="results/cdv/classifier/pool.jsonl",
         questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
     output:

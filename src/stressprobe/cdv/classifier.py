@@ -281,14 +281,14 @@ def run_classifier(
     failed = settings.get("failed_originals", "drop")
     rows = [row for cell, records, _ in cells for row in labelled_rows(cell, records, failed)]
     qids = sorted({r["qid"] for r in rows})
-    # The pool: questions no label cell searched at all (not only the unlabelled ones: an original the
-    # victim already failed was searched, and is no fresh question for the cost experiment).
-    searched = {r["qid"] for _, records, _ in cells for r in records}
-    pool_qids = sorted(set(questions) - searched - set(qids))
     splits = study_splits(qids, settings["validation_fraction"], settings["test_fraction"], seed)
+    # The pool: every question the classifier did not train on (its validation and test splits, and the
+    # questions no label cell labelled). With the authors' 300-question files the scale-up labels all of
+    # them, so "the questions no label cell searched" would leave the cost experiment nothing to draw.
+    pool_qids = sorted(set(questions) - {q for q, split in splits.items() if split == "train"})
     vectors = None
     if settings["kind"] == "trained" or settings["prompt_models"]:
-        embedded = qids + (pool_qids if settings["kind"] == "trained" else [])
+        embedded = sorted(set(qids) | (set(pool_qids) if settings["kind"] == "trained" else set()))
         vectors = dict(zip(embedded, embed([questions[q]["question"] for q in embedded]), strict=True))
     prompt_scores = {model: ask(model, [questions[q] for q in qids]) for model in settings["prompt_models"]}
     scores, study = classifier_study(rows, splits, vectors, prompt_scores, threshold)

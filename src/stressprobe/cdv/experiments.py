@@ -73,7 +73,7 @@ def selection_dataset(dataset: str, selection: str) -> str:
 
 
 def select_questions(pool: list[dict[str, Any]], n: int, threshold: float, seed: int) -> dict[str, list[str]]:
-    """The cost experiment's two question sets from one dataset's unlabelled pool (rows with qid and p).
+    """The cost experiment's two question sets from one dataset's pool (the questions the classifier did not train on: rows with qid and p).
 
     selected: n questions drawn at random among those the classifier keeps (p >= threshold; all kept ones
     when fewer); random: n questions drawn from the whole pool. Seeded, independent draws.

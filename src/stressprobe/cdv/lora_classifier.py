@@ -34,7 +34,7 @@ def train_lora_classifier(
     **overrides: Any,
 ) -> dict[str, float]:
     """Fine-tune `model` (a sequence-classification model with 2 labels) with LoRA on the training split and
-    return p(perturbable) for every labelled question and every one of `extra_qids` (the unlabelled pool).
+    return p(perturbable) for every labelled question and every one of `extra_qids` (the cost experiment's pool).
     `overrides` go to TrainingArguments (tests)."""
     import torch
     from datasets import Dataset

@@ -18,6 +18,7 @@ from stressprobe.cdv.evaluate import accuracy_by_condition, paired_original_accu
 from stressprobe.cdv.experiments import SELECTION_ROWS, experiment_qids
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_jsonl
+from stressprobe.scorecard import why_blank
 from stressprobe.scoring import UNANSWERED
 
 ALL = "all"  # the dataset (or model) of a value pooled over datasets
@@ -278,20 +279,22 @@ def benchmark_table(paths: list[str]) -> pd.DataFrame:
 
 
 def long_rows(table: pd.DataFrame, experiment: str, columns: list[str], model_column: str = "model"):
-    """A table's values as rows of (experiment, dataset, model, column, value)."""
+    """A table's values as rows of (experiment, dataset, model, column, value); an undefined value (a rate
+    over no items) is kept as None, so that the scorecard can say the run computed it."""
     if table.empty:
         return []
     rows = []
     for record in table.to_dict("records"):
         for column in columns:
-            if column in record and record[column] is not None and not pd.isna(record[column]):
+            if column in record:
+                value = record[column]
                 rows.append(
                     {
                         "experiment": record.get("experiment", experiment),
                         "dataset": record.get("dataset", ALL),
                         "model": record.get(model_column, ALL),
                         "column": column,
-                        "value": float(record[column]),
+                        "value": None if value is None or pd.isna(value) else float(value),
                     }
                 )
     return rows
@@ -355,8 +358,13 @@ def read_paper_values(path: str | Path) -> pd.DataFrame:
 def vs_paper_table(paper: pd.DataFrame, run_rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Every published value beside the run's value of the same (experiment, dataset, model, column) and
     run - paper; blank where the run does not cover the cell. A value given as a range `low..high` in the
-    paper (`value_high` column) is covered when the run's value lies inside."""
-    run = {(r["experiment"], r["dataset"], r["model"], r["column"]): r["value"] for r in run_rows}
+    paper (`value_high` column) is covered when the run's value lies inside. A blank row says why (`why`)."""
+    run: dict[tuple, float | None] = {}
+    for r in run_rows:
+        key = (r["experiment"], r["dataset"], r["model"], r["column"])
+        if run.get(key) is None:
+            run[key] = r["value"]
+    experiments = {key[0] for key in run}
     rows = []
     for record in paper.to_dict("records"):
         key = (record["experiment"], record["dataset"], record["model"], record["column"])
@@ -370,6 +378,13 @@ def vs_paper_table(paper: pd.DataFrame, run_rows: list[dict[str, Any]]) -> pd.Da
             "run": ours,
             "run_minus_paper": None if ours is None or high is not None else ours - record["value"],
             "within_range": None if ours is None or high is None else record["value"] <= ours <= high,
+            "why": why_blank(
+                ours,
+                key in run,
+                key[0] in experiments,
+                key[0] or "the experiments table",
+                f"dataset={key[1]}, model={key[2]}, {key[3]}",
+            ),
             "source": record["source"],
         }
         rows.append(row)

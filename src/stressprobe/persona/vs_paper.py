@@ -23,6 +23,7 @@ from stressprobe import tables
 from stressprobe.errors import StressprobeError
 from stressprobe.io import read_tsv_lines
 from stressprobe.persona import judgment_tables, system_tables
+from stressprobe.scorecard import why_blank
 
 KEY = ["table", "dataset", "model", "condition", "systems", "metric"]
 COLUMNS = [*KEY, "value", "ci_low", "ci_high", "source"]
@@ -283,9 +284,12 @@ def _inside(value: float, low: float, high: float):
 def vs_paper_table(paper: pd.DataFrame, run: pd.DataFrame) -> pd.DataFrame:
     """Every paper cell with the run's value beside it, the difference (run − paper) and the CI checks.
 
-    Rows follow the values file; a cell the run does not cover has blank run columns.
+    Rows follow the values file; a cell the run does not cover has blank run columns and says why (`why`).
     """
-    merged = paper.merge(run, on=KEY, how="left", suffixes=("", "_run"), validate="one_to_one")
+    merged = paper.merge(
+        run, on=KEY, how="left", suffixes=("", "_run"), validate="one_to_one", indicator=True
+    )
+    parts = set(run["table"]) if "table" in run else set()
     table = pd.DataFrame(
         {
             **{k: merged[k] for k in KEY},
@@ -305,6 +309,16 @@ def vs_paper_table(paper: pd.DataFrame, run: pd.DataFrame) -> pd.DataFrame:
             "run in paper CI": [
                 _inside(r, lo, hi)
                 for r, lo, hi in zip(merged["value_run"], merged["ci_low"], merged["ci_high"], strict=True)
+            ],
+            "why": [
+                why_blank(
+                    row["value_run"],
+                    row["_merge"] == "both",
+                    row["table"] in parts,
+                    row["table"],
+                    ", ".join(f"{k}={row[k]}" for k in KEY[1:-1] if row[k] != "") + f", {row['metric']}",
+                )
+                for row in merged.to_dict("records")
             ],
         }
     )

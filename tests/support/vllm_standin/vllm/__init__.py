@@ -4,7 +4,8 @@ parallelism, each served model on its own slice of the job's GPUs). Everything e
 
 Put tests/support/vllm_standin on PYTHONPATH. Every engine load (`LLM(...)`) and every `chat` call appends a
 JSON line to the file named by STRESSPROBE_VLLM_STANDIN_LOG, so a test can count model loads and requests
-per job. Every answer is the CDV one (``Answer: <A-D>``, from a hash of the prompt), or with
+per job; each line carries the job's HF_HUB_OFFLINE and HF_HOME, so a test can check where the weights of a
+real load would have come from. Every answer is the CDV one (``Answer: <A-D>``, from a hash of the prompt), or with
 STRESSPROBE_VLLM_STANDIN_ROLES set (the rehearsal, tests/support/rehearsal.py) the role server's. A prompt of
 more tokens than `max_model_len` (a token is 4 characters here) is refused as vLLM 0.32's `LLM.chat` refuses
 it: the whole call raises VLLMValidationError. The OpenAI-compatible server (`vllm serve`,
@@ -46,7 +47,8 @@ def record(event: dict) -> None:
     path = os.environ.get("STRESSPROBE_VLLM_STANDIN_LOG")
     if path:
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({**event, "pid": os.getpid()}) + "\n")
+            hub = {k.lower(): os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HOME")}
+            handle.write(json.dumps({**event, **hub, "pid": os.getpid()}) + "\n")
 
 
 def prompt_tokens(conversation) -> int:
