@@ -180,18 +180,20 @@ def test_served_vllm_with_system_role_auto_asks_its_server_to_render_the_templat
     taking = tmp_path / "taking.jinja"
     taking.write_text("{% for m in messages %}<turn {{ m.role }}>{{ m.content }}</turn>\n{% endfor %}")
     models = {"refusing": refusing, "taking": {**refusing, "chat_template": str(taking)}}
-    with serve_models(models, ["refusing", "taking"], tmp_path / "logs" / "job", seed=0) as served:
-        with caplog.at_level("INFO", logger="stressprobe.llm.system_turns"):
-            with open_client(served, "refusing", tmp_path / "cache") as client:
-                (folded,) = client.generate([REQUEST])
-                assert client.backend.api["system_role"] == "user"
-            with open_client(served, "taking", tmp_path / "cache") as client:
-                (sent,) = client.generate([REQUEST])
-                assert client.backend.api["system_role"] == "system"
+    logging = caplog.at_level("INFO", logger="stressprobe.llm.system_turns")
+    with serve_models(models, ["refusing", "taking"], tmp_path / "logs" / "job", seed=0) as served, logging:
+        with open_client(served, "refusing", tmp_path / "cache") as client:
+            (folded,) = client.generate([REQUEST])
+            assert client.backend.api["system_role"] == "user"
+        with open_client(served, "taking", tmp_path / "cache") as client:
+            (sent,) = client.generate([REQUEST])
+            assert client.backend.api["system_role"] == "system"
     assert folded.error is None and sent.error is None
     # The server's own refusal is what `auto` read (no completion was spent on it).
     (line,) = [r.getMessage() for r in caplog.records if "refuses a system turn" in r.getMessage()]
-    assert line.startswith("refusing: the chat template refuses a system turn (ValueError: System role not supported")
+    assert line.startswith(
+        "refusing: the chat template refuses a system turn (ValueError: System role not supported"
+    )
 
 
 def test_served_vllm_says_when_its_server_cannot_render_for_the_check(tmp_path, caplog):

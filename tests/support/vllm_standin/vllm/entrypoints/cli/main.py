@@ -80,7 +80,11 @@ def main(argv: list[str] | None = None) -> None:
             prompt = render(template, body["messages"])
         except jinja2.exceptions.TemplateError as exc:
             return 400, {"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}
-        return 200, {"count": len(prompt), "max_model_len": args.max_model_len, "tokens": list(range(len(prompt)))}
+        return 200, {
+            "count": len(prompt),
+            "max_model_len": args.max_model_len,
+            "tokens": list(range(len(prompt))),
+        }
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
