@@ -175,6 +175,38 @@ def test_served_vllm_folds_with_system_role_user_before_the_server_renders(stand
     assert folded.error is None and folded.texts[0].startswith("Answer: ")
 
 
+def test_served_vllm_with_system_role_auto_asks_its_server_to_render_the_template(standin, tmp_path, caplog):
+    refusing = {"backend": "vllm", "model": "org/gemma-like", "chat_template": str(standin)}
+    taking = tmp_path / "taking.jinja"
+    taking.write_text("{% for m in messages %}<turn {{ m.role }}>{{ m.content }}</turn>\n{% endfor %}")
+    models = {"refusing": refusing, "taking": {**refusing, "chat_template": str(taking)}}
+    logging = caplog.at_level("INFO", logger="stressprobe.llm.system_turns")
+    with serve_models(models, ["refusing", "taking"], tmp_path / "logs" / "job", seed=0) as served, logging:
+        with open_client(served, "refusing", tmp_path / "cache") as client:
+            (folded,) = client.generate([REQUEST])
+            assert client.backend.api["system_role"] == "user"
+        with open_client(served, "taking", tmp_path / "cache") as client:
+            (sent,) = client.generate([REQUEST])
+            assert client.backend.api["system_role"] == "system"
+    assert folded.error is None and sent.error is None
+    # The server's own refusal is what `auto` read (no completion was spent on it).
+    (line,) = [r.getMessage() for r in caplog.records if "refuses a system turn" in r.getMessage()]
+    assert line.startswith(
+        "refusing: the chat template refuses a system turn (ValueError: System role not supported"
+    )
+
+
+def test_served_vllm_says_when_its_server_cannot_render_for_the_check(tmp_path, caplog):
+    from stressprobe.llm.backends.vllm import served_folds
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server, caplog.at_level("WARNING", logger="stressprobe.llm.backends.vllm"):
+        assert served_folds("m", {"model": "test-model"}, server.base_url) is False
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("m: the server did not render a conversation for the system-turn check (no route")
+    assert "models.m.system_role: auto" in line
+
+
 def test_the_openai_protocol_folds_for_a_server_whose_model_refuses_system_turns(tmp_path, monkeypatch):
     from tests.support.openai_server import OpenAIServer, Refusal
 

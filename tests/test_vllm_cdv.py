@@ -314,6 +314,8 @@ def test_the_served_job_searches_and_evaluates_and_stops_its_server(served):
     assert proc.returncode == 0, proc.stderr[-6000:]
     (pid,) = server_pids(workdir / SERVED_LOG)
     assert_stopped([pid])  # at the job's end
+    # `system_role: auto` asked the real server to render SmolLM2's template (POST /tokenize): it could.
+    assert "system-turn check" not in job_log(workdir) and "refuses a system turn" not in job_log(workdir)
     base = cell_dir(workdir, *SERVED[0])
     summary = json.loads((base / "search.summary.json").read_text())
     usage = json.loads((base / "search.usage.json").read_text())

@@ -214,6 +214,8 @@ class _State:
         self.missing_scope = False
         self.error_style = "openai"
         self.shutdown_dates: dict[str, str] = {}
+        # Further POST paths a server of another kind answers (vLLM's /tokenize): path -> body -> (status, payload).
+        self.routes: dict[str, Callable[[dict[str, Any]], tuple[int, Any]]] = {}
 
     def fault_for(self, body_key: str, attempt: int) -> str:
         """The outcome of attempt `attempt` of this body: a fault kind or "ok"."""
@@ -377,6 +379,10 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
+            route = state.routes.get(self.path.rstrip("/"))
+            if route is not None:
+                self.send_json(*route(json.loads(raw)))
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self.send_json(404, {"error": {"message": f"no route {self.path}"}})
                 return
@@ -458,6 +464,7 @@ class OpenAIServer:
         port: int = 0,
         host: str = "127.0.0.1",
         model_rules: dict[str, ModelRules] | None = None,
+        routes: dict[str, Callable[[dict[str, Any]], tuple[int, Any]]] | None = None,
     ) -> None:
         self._state = _State(
             latency,
@@ -477,6 +484,7 @@ class OpenAIServer:
         self._state.missing_scope = missing_scope
         self._state.error_style = error_style
         self._state.shutdown_dates = dict(shutdown_dates or {})
+        self._state.routes = dict(routes or {})
         self._process_mode = process
         self._port = port
         self._host = host  # another address of this machine, for clients in other network namespaces

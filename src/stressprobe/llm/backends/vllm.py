@@ -8,7 +8,7 @@ to the cache when it returns, before the next is asked: a killed job loses at mo
 vLLM refuses (a prompt longer than `max_model_len`) stops the job with one line naming the config key, as a
 served model's HTTP 400 does (stressprobe.llm.failures). System turns are folded into the first user turn
 where `system_role` says so, or (`auto`) where the chat template (the entry's `chat_template`, else the
-model's) refuses one (stressprobe.llm.system_turns).
+model's) refuses one (stressprobe.llm.system_turns); a served model's template is asked of its server.
 
 An entry that carries `served_base_url` (set at run time by `serving.serve_models`, never by a config file)
 is answered over HTTP by the OpenAI backend's machinery instead, with the same `vllm` identity in the cache
@@ -23,6 +23,8 @@ import logging
 import re
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from stressprobe.errors import StressprobeError, one_line_tail
 from stressprobe.llm import system_turns
@@ -123,6 +125,9 @@ def parse_output(output: Any, request: Request) -> Response:
 
 # A chat template's refusal of a system turn (Gemma-2's "System role not supported").
 SYSTEM_REFUSED = re.compile(r"system role|system message|system turn", re.IGNORECASE)
+
+# A template is rendered without the model: the server answers at once or not at all.
+TOKENIZE_TIMEOUT_S = 30
 
 # Requests per `chat` call: enough for vLLM to fill a GPU's batch, few enough that a killed job loses little.
 BATCH_SIZE = 512
@@ -230,10 +235,48 @@ def open_served_backend(name: str, entry: dict[str, Any]) -> ServedVllmBackend:
         timeout_s=SERVED_TIMEOUT_S,
         max_retries=3,
         backoff_s=1.0,
-        api={**API_DEFAULTS, "system_role": "user" if entry.get("system_role") == "user" else "system"},
+        api={**API_DEFAULTS, "system_role": "user" if served_folds(name, entry, base_url) else "system"},
     )
     backend.tiny_temperature = entry.get("tiny_temperature", "greedy")
     return backend
+
+
+def served_folds(name: str, entry: dict[str, Any], base_url: str) -> bool:
+    """Whether the served model gets its system turns folded: `auto` asks the server itself to render a
+    conversation with a system turn (vLLM's `POST /tokenize`, which applies the chat template the server
+    was started with and answers 400 where it raises), so no completion is spent on finding out."""
+
+    def render(conversation: list[dict[str, str]]) -> None:
+        try:
+            reply = httpx.post(
+                base_url.removesuffix("/v1") + "/tokenize",
+                json={"model": entry["model"], "messages": conversation, "add_generation_prompt": True},
+                timeout=TOKENIZE_TIMEOUT_S,
+            )
+            reason = None if reply.status_code == 200 else served_error_message(reply)
+        except httpx.HTTPError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason is None:
+            return
+        if not any(m["role"] == "system" for m in conversation):  # the probe itself failed: say so
+            log.warning(
+                "%s: the server did not render a conversation for the system-turn check (%s); system turns "
+                "are sent as they are (models.%s.system_role: auto; set user to fold them)",
+                name,
+                reason,
+                name,
+            )
+        raise ValueError(reason)
+
+    return system_turns.folds(name, entry.get("system_role", "auto"), render)
+
+
+def served_error_message(reply: httpx.Response) -> str:
+    """The server's own words for a refused request (vLLM's `{"error": {"message": ...}}`), else its status."""
+    try:
+        return str(reply.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {reply.status_code}"
 
 
 class ServedVllmBackend(OpenAIBackend):

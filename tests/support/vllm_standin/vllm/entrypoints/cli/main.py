@@ -5,7 +5,8 @@ vLLM), records a `load` event in STRESSPROBE_VLLM_STANDIN_LOG (with the GPUs it 
 `/health`, `/v1/models` and `/v1/chat/completions` (tests/support/openai_server.py) with the in-process
 stand-in's answers, logging a `chat` event per request; a prompt longer than `--max-model-len` is answered
 HTTP 400 as vLLM answers it, and so is a request that the chat template (`--chat-template`, else the model
-folder's) raises on, as vLLM's server does.
+folder's) raises on, as vLLM's server does. `POST /tokenize` renders a conversation with that template (the
+stand-in's tokens are its characters), answering 400 with the template's message where it raises.
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ def main(argv: list[str] | None = None) -> None:
             record({"event": "chat", "model": args.model, "requests": 1, "served": True})
         return answer(body["messages"])
 
+    def tokenize(body: dict) -> tuple[int, dict]:
+        if template is None:
+            return 400, {"error": {"message": "this model has no chat template", "code": 400}}
+        try:
+            prompt = render(template, body["messages"])
+        except jinja2.exceptions.TemplateError as exc:
+            return 400, {"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}
+        return 200, {
+            "count": len(prompt),
+            "max_model_len": args.max_model_len,
+            "tokens": list(range(len(prompt))),
+        }
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     # Its refusal of a prompt longer than the model's context: HTTP 400 in vLLM's wording (max_model_len counts
@@ -82,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         context_tokens=args.max_model_len,
         error_style="vllm",
+        routes={"/tokenize": tokenize},
     ):
         print(f"stand-in vLLM server for {args.model} on {args.host}:{args.port}", flush=True)
         stop.wait()
