@@ -207,8 +207,14 @@ def test_vllm_models_resolve_and_hold_the_prompts(tmp_path: Path):
     assert problems(run_preflight(["hub"], models, 1, today=TODAY, env=env)) == []
 
 
-def test_a_gated_hub_model_needs_hf_token(tmp_path: Path):
+def test_a_gated_hub_model_needs_hf_token(tmp_path: Path, monkeypatch):
+    from huggingface_hub import constants
+
     from tests.support.file_server import FileServer
+
+    # The check is of the `env` given; an earlier test's import of `datasets` may have left the process's
+    # Hugging Face client in its offline mode, which is read once per process.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
 
     # The hub's model info as a static file (GET {endpoint}/api/models/<org>/<name>).
     for name, gated in (("gated", "manual"), ("open", False)):
