@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from stressprobe.llm import Request, open_client
+from stressprobe.llm.cache import cache_key
 from stressprobe.llm.failures import ModelRefused, classify
 from stressprobe.llm.serving import SERVED_URL_KEY, serve_models
 from tests.support.api_workdir import (
@@ -28,12 +29,15 @@ from tests.support.api_workdir import (
 )
 from tests.support.batch_server import BatchServer
 from tests.support.helpers import ROOT, make_workdir
-from tests.support.openai_server import OpenAIServer
+from tests.support.openai_server import ModelRules, OpenAIServer
 
 KEY_ENV = "STRESSPROBE_TEST_API_KEY"
 SHORT = [Request.chat(user=f"question {i}: answer yes or no", max_tokens=8) for i in range(2)]
 LONG = Request.chat(user="word " * 300 + "answer yes or no", max_tokens=8)
 KEPT = "; the answers received so far stay cached"
+# The servers' refusals (tests/support/openai_server.py, model_rules): `{}` serves no model id (test-model
+# retired); this one serves test-model but refuses a temperature.
+REFUSES_TEMPERATURE = {"test-model": ModelRules(rejected_params=("temperature",))}
 
 
 def api_entry(base_url: str, **settings) -> dict:
@@ -85,7 +89,7 @@ def test_every_failure_has_one_class(status, code, message, kind):
 
 
 def test_openai_retired_model_stops_after_one_attempt(tmp_path):
-    with OpenAIServer(retired=("test-model",)) as server:
+    with OpenAIServer(model_rules={}) as server:
         with open_client({"api": api_entry(server.base_url)}, "api", tmp_path / "c") as client:
             message = stop_line(client, [*SHORT, LONG])
             assert client.cache.count() == 0
@@ -117,7 +121,7 @@ def test_openai_prompt_over_the_context_stops_and_the_answers_before_it_stay(tmp
 
 
 def test_openai_refused_parameter_stops_and_unsupported_params_mends_it(tmp_path):
-    with OpenAIServer(refused_params=("temperature",)) as server:
+    with OpenAIServer(model_rules=REFUSES_TEMPERATURE) as server:
         with open_client({"api": api_entry(server.base_url)}, "api", tmp_path / "c") as client:
             message = stop_line(client, SHORT)
         assert server.total_requests == 1
@@ -158,7 +162,7 @@ def test_transient_failures_are_still_retried_into_an_answer(tmp_path):
 
 
 def test_batch_retired_model_fails_validation_and_stops(tmp_path):
-    with BatchServer(retired=("test-model",)) as server:
+    with BatchServer(model_rules={}) as server:
         with open_client({"api": batch_entry(server.base_url)}, "api", tmp_path / "c") as client:
             message = stop_line(client, SHORT)
             assert client.cache.count() == 0
@@ -186,7 +190,7 @@ def test_batch_prompt_over_the_context_stops_once_the_batch_answers_are_stored(t
 
 
 def test_batch_refused_parameter_stops_and_unsupported_params_reach_the_batch_body(tmp_path):
-    with BatchServer(refused_params=("temperature",)) as server:
+    with BatchServer(model_rules=REFUSES_TEMPERATURE) as server:
         with open_client({"api": batch_entry(server.base_url)}, "api", tmp_path / "c") as client:
             message = stop_line(client, SHORT)
         assert (
@@ -196,6 +200,38 @@ def test_batch_refused_parameter_stops_and_unsupported_params_reach_the_batch_bo
         entry = batch_entry(server.base_url, unsupported_params=["temperature"])
         with open_client({"api": entry}, "api", tmp_path / "c") as client:
             assert all(r.error is None and r.text for r in client.generate(SHORT))
+
+
+def test_batch_key_without_the_files_scope_stops_before_any_batch(tmp_path):
+    # A restricted key lists the models (so opening the client succeeds) but may not upload.
+    with BatchServer(missing_scopes=("api.files.write",)) as server:
+        with open_client({"api": batch_entry(server.base_url)}, "api", tmp_path / "c") as client:
+            message = stop_line(client, SHORT)
+        assert server.batches_created == 0
+    assert message == (
+        "config models.api.api_key_env: 'test-model' was refused: the API key is not accepted for it (files.create: "
+        "HTTP 401: You have insufficient permissions for this operation. Missing scopes: api.files.write.); check "
+        "the key in the environment variable models.api.api_key_env names" + KEPT
+    )
+
+
+def test_batch_the_account_does_not_know_stops_naming_the_ledger_and_keeps_it(tmp_path):
+    # A ledger left by a run on another account (or base_url): its batch is unknown here.
+    with BatchServer() as server:
+        with open_client({"api": batch_entry(server.base_url)}, "api", tmp_path / "c") as client:
+            ledger = client.backend.ledger
+            keys = [cache_key(client.backend.identity, r) for r in SHORT]
+            ledger.write(
+                {"model": "api", "input_file_id": "file-x", "batch_id": "batch_gone", "custom_ids": keys}
+            )
+            message = stop_line(client, SHORT)
+        assert server.batches_created == 0
+    assert message == (
+        "config models.api: 'test-model' refuses the request as sent (batches.retrieve: HTTP 404: No batch found "
+        f"with id 'batch_gone'.); check models.api.base_url and the account; the ledger is {ledger.folder}"
+        + KEPT
+    )
+    assert len(ledger.entries()) == 1  # kept: nothing it names is paid again unless the user removes it
 
 
 # -- vLLM: in-process and served (the stand-in of tests/support/vllm_standin) --
@@ -261,7 +297,7 @@ def test_a_job_whose_model_is_retired_stops_with_one_line_no_output_and_keeps_th
     assert len(paid) == 3 and cell["judgments"].exists()
 
     write_judging_data(workdir, queries=2)  # a second query: the cell runs again, its 3 old pairs cached
-    with OpenAIServer(retired=("test-model",)) as server:
+    with OpenAIServer(model_rules={}) as server:
         run = run_workflow(workdir, write_api_config(workdir, server.base_url), target, check=False)
         refused = server.total_requests
     assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr[-3000:]

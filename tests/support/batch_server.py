@@ -22,10 +22,12 @@ its first half of requests only (as the API keeps what finished before the windo
 and ``failed`` answer none (``failed`` with a validation error). ``request_faults``: share of result lines
 that are errors, drawn from ``seed``, the custom_id and the number of times that custom_id was sent
 (``server_error``: 500, ``rate_limit``: 429, ``bad_request``: 400); errors go to the error file.
-``retired``: model ids the API no longer serves: a batch with a line asking one fails validation
-(``model_not_found``, as the Batch API reports it); ``context_tokens`` and ``refused_params``: result lines
-refused as the synchronous test server refuses them (`openai_server.refusal`: 400 ``context_length_exceeded``,
-``unsupported_parameter``), in the error file.
+``model_rules`` and ``context_tokens``: the synchronous test server's refusals (`openai_server.refusal`): a
+batch with a line asking for a model id the rules do not serve fails validation (``model_not_found``, as the
+Batch API reports it); a line refused otherwise (400 ``unsupported_parameter``, ``context_length_exceeded``,
+...) is answered in the error file. ``missing_scopes``: the scopes a restricted key lacks
+(``api.files.write``: uploads, ``api.batches.write``: creating batches), answered 401 as the API answers them
+while the key still lists models. Unknown file or batch ids are answered 404, as the API does.
 """
 
 from __future__ import annotations
@@ -39,16 +41,32 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.openai_server import _State, completion_body, refusal, unit_hash
+from tests.support.openai_server import (
+    ModelRules,
+    _State,
+    completion_body,
+    refusal,
+    rule_responder,
+    served,
+    unit_hash,
+)
 
 FAULT_STATUS = {"server_error": 500, "rate_limit": 429, "bad_request": 400}
 
 
 class _BatchState:
     def __init__(
-        self, duration, statuses, request_faults, seed, retired=(), context_tokens=None, refused_params=()
+        self,
+        duration,
+        statuses,
+        request_faults,
+        seed,
+        model_rules=None,
+        context_tokens=None,
+        missing_scopes=(),
     ):
         self.duration = duration
+        self.missing_scopes = set(missing_scopes)
         self.statuses = list(statuses or [])
         self.request_faults = dict(request_faults or {})
         self.seed = seed
@@ -60,13 +78,8 @@ class _BatchState:
         self.attempts: Counter[str] = Counter()
         self.held = threading.Event()
         # The chat completion bodies come from the synchronous test server's code.
-        self.chat = _State(0.0, {}, seed, None, 0.0, ("test-model",), None, None)
-        from tests.support.openai_server import rule_responder
-
-        self.chat.responder = rule_responder
-        self.retired = tuple(retired)
+        self.chat = _State(0.0, {}, seed, rule_responder, 0.0, ("test-model",), None, None, model_rules)
         self.chat.context_tokens = context_tokens
-        self.chat.refused_params = tuple(refused_params)
 
     def new_id(self, prefix: str, table: dict) -> str:
         return f"{prefix}-{len(table) + 1:05d}"
@@ -84,7 +97,9 @@ class _BatchState:
         """Answer the batch's input file into output and error files, as its planned status says."""
         status = batch["planned"]
         lines = [json.loads(x) for x in self.files[batch["input_file_id"]].decode().splitlines() if x.strip()]
-        retired = [(i, line) for i, line in enumerate(lines) if line["body"].get("model") in self.retired]
+        retired = [
+            (i, line) for i, line in enumerate(lines) if not served(self.chat, line["body"].get("model"))
+        ]
         if retired:
             i, line = retired[0]
             model = line["body"]["model"]
@@ -172,6 +187,16 @@ def make_handler(state: _BatchState) -> type[BaseHTTPRequestHandler]:
                 404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}}
             )
 
+        def permitted(self, scope: str) -> bool:
+            """False (and the API's 401 sent) when the key lacks `scope` (``missing_scopes``)."""
+            if scope not in state.missing_scopes:
+                return True
+            message = f"You have insufficient permissions for this operation. Missing scopes: {scope}."
+            self.send_json(
+                401, {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+            )
+            return False
+
         def do_GET(self) -> None:
             parts = self.path.split("?")[0].strip("/").split("/")
             with state.lock:
@@ -197,12 +222,17 @@ def make_handler(state: _BatchState) -> type[BaseHTTPRequestHandler]:
                     ):
                         state.finish(batch)
                     self.send_json(200, public(batch))
+                elif parts[-2] == "batches":
+                    message = f"No batch found with id '{parts[-1]}'."
+                    self.send_json(404, {"error": {"message": message, "type": "invalid_request_error"}})
                 else:
                     self.not_found()
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             parts = self.path.split("?")[0].strip("/").split("/")
+            if not self.permitted(f"api.{parts[-1]}.write"):
+                return
             with state.lock:
                 if parts[-1] == "files":
                     fields = parse_multipart(self.headers["Content-Type"], raw)
@@ -279,12 +309,12 @@ class BatchServer:
         statuses=None,
         request_faults=None,
         seed: int = 0,
-        retired: tuple[str, ...] = (),
+        model_rules: dict[str, ModelRules] | None = None,
         context_tokens: int | None = None,
-        refused_params: tuple[str, ...] = (),
+        missing_scopes: tuple[str, ...] = (),
     ) -> None:
         self.state = _BatchState(
-            duration, statuses, request_faults, seed, retired, context_tokens, refused_params
+            duration, statuses, request_faults, seed, model_rules, context_tokens, missing_scopes
         )
         self._server: _Server | None = None
 

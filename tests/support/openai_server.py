@@ -36,18 +36,16 @@ Constructor arguments:
   model's ``shutdown_date`` (as OpenAI's listing announces a snapshot's retirement).
 - ``max_choices``: answer at most this many choices whatever ``n`` asks (as llama.cpp's server, which
   ignores ``n``); None = honour ``n``.
-- Refusals, each in the provider's own wording (stressprobe.llm.failures classifies them): ``retired``:
-  model ids answered 404 ``model_not_found`` (not listed by ``/v1/models``, as a retired model);
-  ``context_tokens``: a request whose prompt plus ``max_tokens`` (both counted as `tokenize` counts) exceeds
-  it is answered 400 ``context_length_exceeded``; ``refused_params``: body fields answered 400
-  ``unsupported_parameter`` (o-series: ``max_tokens``, ``temperature``); ``missing_scope``: chat completions
+- Refusals, each in the provider's own wording (stressprobe.llm.failures classifies them):
+  ``model_rules``: model id -> `ModelRules`, what the provider serves and accepts: an id not in it is
+  answered 404 ``model_not_found`` (a retired or misspelt id; ``{}`` serves none), a parameter the model
+  rejects (the o-series: temperature, top_p, max_tokens) 400 ``unsupported_parameter``, a system message
+  where the model takes none 400 ``unsupported_value``, as OpenAI answers them; None = any model id, any
+  parameter. ``context_tokens``: a request whose prompt plus ``max_tokens`` (both counted as `tokenize`
+  counts) exceeds it is answered 400 ``context_length_exceeded``; ``missing_scope``: chat completions
   answered 401 though the key lists models (a restricted key without the ``model.request`` scope).
   ``error_style="vllm"`` words these errors as `vllm serve` does (``code`` the HTTP status, ``type`` the
-  exception's name).
-- ``model_rules``: model id -> `ModelRules`, the provider's refusals: an id not in it is answered 404
-  ``model_not_found`` (an unknown or retired id), a parameter the model rejects (the o-series: temperature,
-  top_p, max_tokens) 400 ``unsupported_parameter``, a system message where the model takes none 400
-  ``unsupported_value``, as OpenAI answers them. None = any model id, any parameter.
+  exception's name). Refused requests are counted in ``requests`` and as outcome ``refused``.
 - ``port``: the port to listen on (0 = any free one).
 - ``process``: serve from a forked child process (benchmarks: keeps the server off the client's GIL);
   counters are then fetched from ``/_stats``. Custom responders work in both modes.
@@ -81,30 +79,6 @@ class ModelRules:
 
     rejected_params: tuple[str, ...] = ()
     system_message: bool = True
-
-
-def rules_refusal(rules: dict[str, ModelRules] | None, body: dict[str, Any]) -> tuple[int, dict] | None:
-    """(status, error JSON) as OpenAI refuses this request for its model, or None when it is accepted."""
-    if rules is None:
-        return None
-    model = body.get("model")
-    if model not in rules:
-        message = f"The model `{model}` does not exist or you do not have access to it."
-        return 404, {
-            "error": {"message": message, "type": "invalid_request_error", "code": "model_not_found"}
-        }
-    for param in rules[model].rejected_params:
-        if param in body:
-            hint = " Use 'max_completion_tokens' instead." if param == "max_tokens" else ""
-            message = f"Unsupported parameter: '{param}' is not supported with this model.{hint}"
-            error = {"message": message, "type": "invalid_request_error", "param": param}
-            return 400, {"error": {**error, "code": "unsupported_parameter"}}
-    for i, message in enumerate(body.get("messages") or []):
-        if message.get("role") == "system" and not rules[model].system_message:
-            text = f"Unsupported value: 'messages[{i}].role' does not support 'system' with this model."
-            error = {"message": text, "type": "invalid_request_error", "param": f"messages[{i}].role"}
-            return 400, {"error": {**error, "code": "unsupported_value"}}
-    return None
 
 
 def canonical(body: dict[str, Any]) -> str:
@@ -208,9 +182,7 @@ class _State:
         self.api_keys: set[str] = set()
         self.stopping = threading.Event()
         self.max_choices: int | None = None
-        self.retired: tuple[str, ...] = ()
         self.context_tokens: int | None = None
-        self.refused_params: tuple[str, ...] = ()
         self.missing_scope = False
         self.error_style = "openai"
         self.shutdown_dates: dict[str, str] = {}
@@ -284,27 +256,32 @@ def completion_body(state: _State, body: dict[str, Any], outcome: str) -> dict[s
 VLLM_ERROR_TYPES = {400: "BadRequestError", 401: "UnauthorizedError", 404: "NotFoundError"}
 
 
+def served(state: _State, model: str) -> bool:
+    """Whether the provider serves this model id (`model_rules` None: any id)."""
+    return state.model_rules is None or model in state.model_rules
+
+
 def refusal(state: _State, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
     """The (status, error body) a provider refuses this request with, or None when it is answered."""
     model = str(body.get("model", ""))
+    rules = (state.model_rules or {}).get(model, ModelRules())
+    rejected = [p for p in rules.rejected_params if p in body]
+    system = [i for i, m in enumerate(body.get("messages") or []) if m.get("role") == "system"]
     error: dict[str, Any] | None = None
     if state.missing_scope:
         message = "You have insufficient permissions for this operation. Missing scopes: model.request."
-        error = {
-            "status": 401,
-            "message": message,
-            "type": "invalid_request_error",
-            "param": None,
-            "code": None,
-        }
-    elif model in state.retired:
+        error = {"status": 401, "message": message, "param": None, "code": None}
+    elif not served(state, model):
         message = f"The model `{model}` does not exist or you do not have access to it."
-        error = {"status": 404, "message": message, "type": "invalid_request_error", "param": None}
-        error["code"] = "model_not_found"
-    elif refused := [p for p in state.refused_params if p in body]:
-        message = f"Unsupported parameter: '{refused[0]}' is not supported with this model."
-        error = {"status": 400, "message": message, "type": "invalid_request_error", "param": refused[0]}
-        error["code"] = "unsupported_parameter"
+        error = {"status": 404, "message": message, "param": None, "code": "model_not_found"}
+    elif rejected:
+        hint = " Use 'max_completion_tokens' instead." if rejected[0] == "max_tokens" else ""
+        message = f"Unsupported parameter: '{rejected[0]}' is not supported with this model.{hint}"
+        error = {"status": 400, "message": message, "param": rejected[0], "code": "unsupported_parameter"}
+    elif system and not rules.system_message:
+        param = f"messages[{system[0]}].role"
+        message = f"Unsupported value: '{param}' does not support 'system' with this model."
+        error = {"status": 400, "message": message, "param": param, "code": "unsupported_value"}
     elif state.context_tokens is not None:
         prompt = len(tokenize(prompt_text(body)))
         asked = prompt + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
@@ -314,11 +291,16 @@ def refusal(state: _State, body: dict[str, Any]) -> tuple[int, dict[str, Any]] |
                 f"{asked} tokens ({prompt} in the messages, {asked - prompt} in the completion). Please reduce "
                 "the length of the messages or completion."
             )
-            error = {"status": 400, "message": message, "type": "invalid_request_error", "param": "messages"}
-            error["code"] = "context_length_exceeded"
+            error = {
+                "status": 400,
+                "message": message,
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
     if error is None:
         return None
     status = error.pop("status")
+    error = {"message": error.pop("message"), "type": "invalid_request_error", **error}
     if state.error_style == "vllm":
         error.update(code=status, type=VLLM_ERROR_TYPES[status])
     return status, {"error": error}
@@ -389,12 +371,6 @@ def make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             if not self.authorized():
                 return
             body = json.loads(raw)
-            refused = rules_refusal(state.model_rules, body)
-            if refused is not None:
-                with state.lock:
-                    state.outcomes[f"refused_{refused[0]}"] += 1
-                self.send_json(*refused)
-                return
             key = canonical(body)
             with state.lock:
                 attempt = state.requests[key]
@@ -455,9 +431,7 @@ class OpenAIServer:
         require_key: str | None = None,
         process: bool = False,
         max_choices: int | None = None,
-        retired: tuple[str, ...] = (),
         context_tokens: int | None = None,
-        refused_params: tuple[str, ...] = (),
         missing_scope: bool = False,
         error_style: str = "openai",
         shutdown_dates: dict[str, str] | None = None,
@@ -478,9 +452,7 @@ class OpenAIServer:
             model_rules,
         )
         self._state.max_choices = max_choices
-        self._state.retired = tuple(retired)
         self._state.context_tokens = context_tokens
-        self._state.refused_params = tuple(refused_params)
         self._state.missing_scope = missing_scope
         self._state.error_style = error_style
         self._state.shutdown_dates = dict(shutdown_dates or {})

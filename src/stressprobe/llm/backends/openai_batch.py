@@ -16,7 +16,9 @@ or a transient error (429, 5xx), is sent again in a new batch, up to `max_retrie
 as a Response with `error` set (recorded, not cached). A batch that failed validation (an unknown model, a
 malformed file) or a result line with a permanent error (404, 400, 401/403) stops the job with one line
 (stressprobe.llm.failures), once every answer of the batches that have ended is stored; batches still running
-stay in the ledger, and the rerun re-attaches to them.
+stay in the ledger, and the rerun re-attaches to them. A control call (upload, create, list, poll, download)
+the API refuses (a rejected key, an unknown batch), or that still fails after the SDK's own retries, stops the
+job with one line too, naming the call; the ledger keeps what was created, so the rerun pays nothing twice.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from stressprobe.errors import StressprobeError
 from stressprobe.io import write_json
 from stressprobe.llm.backends.base import Backend
 from stressprobe.llm.backends.openai_protocol import (
@@ -213,7 +216,7 @@ class OpenAIBatchBackend(Backend):
 
     def _find_batch(self, input_file_id: str) -> str | None:
         """The batch created on an input file before a job was killed (its id never reached the ledger)."""
-        for batch in self._client.batches.list(limit=100):
+        for batch in self._control("batches.list", self._client.batches.list, limit=100):
             if batch.input_file_id == input_file_id:
                 return batch.id
         return None
@@ -225,8 +228,11 @@ class OpenAIBatchBackend(Backend):
         jobs = []
         for group in split_lines([len(line) for line in lines], self.max_requests, self.max_bytes):
             data = b"".join(lines[i] for i in group)
-            uploaded = self._client.files.create(
-                file=(f"stressprobe-{self.name}.jsonl", data, "application/jsonl"), purpose="batch"
+            uploaded = self._control(
+                "files.create",
+                self._client.files.create,
+                file=(f"stressprobe-{self.name}.jsonl", data, "application/jsonl"),
+                purpose="batch",
             )
             entry = {
                 "model": self.name,
@@ -250,13 +256,44 @@ class OpenAIBatchBackend(Backend):
         return jobs
 
     def _create(self, entry: dict[str, Any]) -> str:
-        batch = self._client.batches.create(
+        batch = self._control(
+            "batches.create",
+            self._client.batches.create,
             input_file_id=entry["input_file_id"],
             endpoint=ENDPOINT,
             completion_window=COMPLETION_WINDOW,
             metadata={"stressprobe_model": self.name},
         )
         return batch.id
+
+    def _control(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A control call; one that can never succeed, or still fails after the SDK's retries, stops the job
+        with one line naming the call (the batches already created stay in the ledger)."""
+        import openai
+
+        try:
+            return call(*args, **kwargs)
+        except openai.APIStatusError as exc:
+            code, message = error_fields(exc.body)
+            status = exc.status_code
+            reason = redact(
+                f"{what}: HTTP {status}{' ' + code if code else ''}: {message or exc}", self._api_key
+            )
+            kind = classify(status, code, message)
+            if kind == "auth":
+                raise refusal(self.name, self.model, kind, reason) from None
+            if kind != "transient":
+                # Not a verdict on a request (a 404 here is an unknown file or batch, not a model).
+                fix = f"check models.{self.name}.base_url and the account; the ledger is {self.ledger.folder}"
+                raise refusal(self.name, self.model, "request", reason, fix=fix) from None
+            failure = reason
+        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+            failure = redact(f"{what}: {type(exc).__name__}: {exc}", self._api_key)
+        raise StressprobeError(
+            f"config models.{self.name}.base_url: the Batch API still fails after the SDK's retries ({failure}); "
+            "rerun when it answers: the batches already created are re-attached from the ledger, none is paid "
+            "twice"
+        ) from None
 
     # -- waiting and collecting --
 
@@ -268,7 +305,7 @@ class OpenAIBatchBackend(Backend):
         while running:
             still = []
             for entry in running:
-                batch = self._client.batches.retrieve(entry["batch_id"])
+                batch = self._control("batches.retrieve", self._client.batches.retrieve, entry["batch_id"])
                 if batch.status in TERMINAL:
                     refused = self._collect(entry, batch, pending, reasons, store)
                     self.ledger.remove(entry)  # every answer it holds is stored
@@ -343,7 +380,7 @@ class OpenAIBatchBackend(Backend):
 
     def _read_results(self, file_id: str) -> dict[str, dict[str, Any]]:
         """custom_id -> result line of an output or error file."""
-        text = self._client.files.content(file_id).text
+        text = self._control("files.content", self._client.files.content, file_id).text
         results = {}
         for line in _nonblank(text.splitlines()):
             record = json.loads(line)
