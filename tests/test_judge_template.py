@@ -189,6 +189,14 @@ def test_fetch_verified_writes_only_a_file_with_the_pinned_checksum(tmp_path):
 # ---- the workflow: a judge cell with a fetched template ----
 
 
+def template_source(url: str, sha256: str) -> dict:
+    """Config edits: the judge template as the pinned source `judge_template`."""
+    return {
+        "sources.judge_template": {"url": url, "sha256": sha256},
+        "judging.prompt": "source:judge_template",
+    }
+
+
 @pytest.fixture
 def served_template(tmp_path):
     served = tmp_path / "served"
@@ -210,8 +218,7 @@ def test_every_judge_prompt_is_the_fetched_template_filled_in_with_its_system_me
             workdir,
             server.base_url,
             {
-                "sources.judge_template": {"url": url, "sha256": sha256},
-                "judging.prompt": "source:judge_template",
+                **template_source(url, sha256),
                 "judging.conditions": ["baseline/umbrela", "fixed/gap"],
                 "personas.fixed.gap": GAP,
                 "personas.delivery.gap": "system",
@@ -249,8 +256,7 @@ def test_a_checksum_mismatch_stops_with_one_line(tmp_path, served_template):
             workdir,
             server.base_url,
             {
-                "sources.judge_template": {"url": url, "sha256": wrong},
-                "judging.prompt": "source:judge_template",
+                **template_source(url, wrong),
                 "cdv.enabled": False,
             },
         )
