@@ -8,15 +8,15 @@ from stressprobe.snakemake_io import cache_path, run_script
 
 
 def main(smk):
-    items = read_benchmark(smk.input.questions)
+    items, answering = read_benchmark(smk.input.questions), smk.params.answering
     with role_clients(smk.params.models, {"eval": smk.wildcards.model}, cache_path(smk)) as clients:
         records = evaluate(
             clients["eval"],
             items,
-            smk.params.max_tokens,
-            smk.params.seed,
-            prefill=smk.params.prefill,
-            temperature=smk.params.temperature,
+            answering["max_tokens"],
+            answering["seed"],
+            prefill=answering["prefill"],
+            temperature=answering["temperature"],
         )
         write_merged_usage(clients, smk.output.usage)
     for record, item in zip(records, items, strict=True):

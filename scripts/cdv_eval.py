@@ -17,7 +17,7 @@ def main(smk):
         smk.output.records,
         smk.output.usage,
     )
-    settings = EvalSettings.of(p.max_tokens, p.temperature, p.prefill, p.seed, p.prompts)
+    settings = EvalSettings.of(**p.answering, prompts=p.prompts)
     # No shared originals where the dataset's one cell evaluating the model asks its own.
     originals = smk.input.get("originals", "")
     evaluate_cell(p.models, w.model, cache_path(smk), cell, originals, settings, p.mitigation)

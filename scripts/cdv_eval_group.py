@@ -19,7 +19,7 @@ def main(smk):
         mitigation_usage=smk.output.mitigation_usage,
     )
     p = smk.params
-    settings = EvalSettings.of(p.max_tokens, p.temperature, p.prefill, p.seed, p.prompts)
+    settings = EvalSettings.of(**p.answering, prompts=p.prompts)
     evaluate_group(smk.params.models, smk.wildcards.model, cache_path(smk), cells, settings)
 
 

@@ -7,7 +7,7 @@ from stressprobe.snakemake_io import cache_path, run_script
 
 def main(smk):
     p = smk.params
-    settings = EvalSettings.of(p.max_tokens, p.temperature, p.prefill, p.seed, p.prompts)
+    settings = EvalSettings.of(**p.answering, prompts=p.prompts)
     outputs = (smk.output.records, smk.output.usage)
     evaluate_originals(
         p.models,

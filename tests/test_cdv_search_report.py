@@ -168,12 +168,10 @@ def test_the_value_ablation_pools_its_datasets_as_section_4_4_does(tmp_path):
 
 
 def test_the_scorecard_job_builds_the_value_ablation_from_its_variant_files(tmp_path):
-    """scripts/cdv_study_table.py as the cdv_vs_paper job runs it under config/paper.yaml (inputs
-    `summaries` and `variant_summaries`, cdv_variant_files): it called value_ablation_table with two lists
-    and stopped (found by the rehearsal, tests/test_rehearsal.py)."""
-    from types import SimpleNamespace
-
-    from tests.support.helpers import ROOT
+    """The cdv_vs_paper job's value ablation under config/paper.yaml (input `variant_summaries`,
+    cdv_variant_files, each cell's own summary and its variants'): it was once called with two lists and
+    stopped (found by the rehearsal, tests/test_rehearsal.py)."""
+    from stressprobe.cdv import study_tables
 
     default = write_cell(tmp_path, "D", "v1", v1)
     variants = [
@@ -181,9 +179,5 @@ def test_the_scorecard_job_builds_the_value_ablation_from_its_variant_files(tmp_
         for name in ("no_r", "gamma0")
     ]
     files = [str(f / "search.summary.json") for f in [default, *variants]]
-    source = (ROOT / "scripts" / "cdv_study_table.py").read_text(encoding="utf-8")
-    namespace: dict = {}
-    exec(compile(source.replace("run_script(main, snakemake)", ""), "cdv_study_table.py", "exec"), namespace)
-    smk = SimpleNamespace(input=SimpleNamespace(summaries=files[:1], variant_summaries=files))
-    built = namespace["tables"](smk)
-    assert built["cdv_value_ablation"].equals(value_ablation_table(files))
+    table = study_tables.build("cdv_value_ablation", {"variant_summaries": files}, {})
+    assert table.equals(value_ablation_table(files))

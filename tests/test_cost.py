@@ -63,12 +63,17 @@ def test_prompt_tokens_counts_text_and_chat_overhead():
     assert prompt_tokens(longer) - prompt_tokens(request) == math.ceil(81 / 4) - math.ceil(41 / 4)
 
 
-def test_llamacpp_identity_is_the_backends():
-    backend = open_backend("smollm2-135m", SMOLLM)
+def identity_is_the_backends(name, entry) -> bool:
+    """Whether the bill's identity of a model is the one its opened backend keys its cache with."""
+    backend = open_backend(name, entry)
     try:
-        assert backend_identity("smollm2-135m", SMOLLM) == backend.identity
+        return backend_identity(name, entry) == backend.identity
     finally:
         backend.close()
+
+
+def test_llamacpp_identity_is_the_backends():
+    assert identity_is_the_backends("smollm2-135m", SMOLLM)
 
 
 def test_openai_identity_is_the_backends(monkeypatch):
@@ -80,11 +85,7 @@ def test_openai_identity_is_the_backends(monkeypatch):
             "base_url": server.base_url,
             "api_key_env": "TEST_KEY",
         }
-        backend = open_backend("m", entry)
-        try:
-            assert backend_identity("m", entry) == backend.identity
-        finally:
-            backend.close()
+        assert identity_is_the_backends("m", entry)
 
 
 def test_duplicates_count_once_and_price_follows_tokens(tmp_path):

@@ -28,16 +28,13 @@ rule crash:
         "crash.py"
 
 
-rule api:
+use rule crash as api with:
     output:
         "api/{model}.txt",
     log:
         "logs/api/{model}.log",
     params:
         models=lambda w: {w.model: {"backend": "openai", "model": "gpt-4o"}},
-        how=config["how"],
-    script:
-        "crash.py"
 """
 
 SCRIPT = """

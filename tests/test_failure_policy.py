@@ -60,6 +60,14 @@ def stop_line(client, requests) -> str:
     return message
 
 
+def first_call_stop_line(server, tmp_path) -> str:
+    """The line an API client of `server` stops with at its first request, asked once."""
+    with open_client({"api": api_entry(server.base_url)}, "api", tmp_path / "c") as client:
+        message = stop_line(client, SHORT)
+    assert server.total_requests == 1
+    return message
+
+
 @pytest.mark.parametrize(
     ("status", "code", "message", "kind"),
     [
@@ -122,9 +130,7 @@ def test_openai_prompt_over_the_context_stops_and_the_answers_before_it_stay(tmp
 
 def test_openai_refused_parameter_stops_and_unsupported_params_mends_it(tmp_path):
     with OpenAIServer(model_rules=REFUSES_TEMPERATURE) as server:
-        with open_client({"api": api_entry(server.base_url)}, "api", tmp_path / "c") as client:
-            message = stop_line(client, SHORT)
-        assert server.total_requests == 1
+        message = first_call_stop_line(server, tmp_path)
         assert message == (
             "config models.api: 'test-model' refuses a parameter of the request (HTTP 400 unsupported_parameter: "
             "Unsupported parameter: 'temperature' is not supported with this model.); list it under "
@@ -138,9 +144,7 @@ def test_openai_refused_parameter_stops_and_unsupported_params_mends_it(tmp_path
 def test_openai_key_refused_for_completions_stops_after_one_attempt(tmp_path):
     # A restricted key lists the models (so opening the client succeeds) but may not call them.
     with OpenAIServer(missing_scope=True) as server:
-        with open_client({"api": api_entry(server.base_url)}, "api", tmp_path / "c") as client:
-            message = stop_line(client, SHORT)
-        assert server.total_requests == 1
+        message = first_call_stop_line(server, tmp_path)
     assert message == (
         "config models.api.api_key_env: 'test-model' was refused: the API key is not accepted for it (HTTP 401: "
         "You have insufficient permissions for this operation. Missing scopes: model.request.); check the key "

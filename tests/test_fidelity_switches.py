@@ -62,7 +62,6 @@ def test_defaults_of_the_switches_are_the_documented_ones():
     assert config["personas"]["delivery"] == {"evidence": "prefix", "gap": "prefix"}
     assert config["judging"]["unparsed"] == "exclude"
     assert config["judging"]["system_message"] is None
-    assert config["judging"]["prompt_sha256"] is None
 
 
 @pytest.mark.parametrize("max_tokens", [24, 100])

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from stressprobe.errors import StressprobeError
-from stressprobe.fetch import check_source, fetch_verified
+from stressprobe.fetch import fetch_verified
 from stressprobe.io import read_jsonl, write_jsonl
 from stressprobe.llm.backends.openai import chat_arguments
 from stressprobe.persona.analysis import read_judgments
@@ -173,19 +173,28 @@ def test_fetch_verified_writes_only_a_file_with_the_pinned_checksum(tmp_path):
     good = hashlib.sha256(data).hexdigest()
     with FileServer(served) as files:
         dest = tmp_path / "out" / "t.yaml"
-        fetch_verified(files.url("t.yaml"), good, dest, "judging.prompt")
+        keys = ("sources.t.url", "sources.t.sha256")
+        fetch_verified(files.url("t.yaml"), good, dest, *keys)
         assert dest.read_bytes() == data
 
         other = tmp_path / "out" / "other.yaml"
-        with pytest.raises(StressprobeError, match=r"judging\.prompt_sha256.*has sha256 " + good):
-            fetch_verified(files.url("t.yaml"), "0" * 64, other, "judging.prompt")
+        with pytest.raises(StressprobeError, match=r"'sources\.t\.sha256'.*has sha256 " + good):
+            fetch_verified(files.url("t.yaml"), "0" * 64, other, *keys)
         assert not other.exists()
-        with pytest.raises(StressprobeError, match=r"'judging\.prompt': cannot download"):
-            fetch_verified(files.url("missing.yaml"), good, other, "judging.prompt")
+        with pytest.raises(StressprobeError, match=r"'sources\.t\.url': cannot download"):
+            fetch_verified(files.url("missing.yaml"), good, other, *keys)
         assert not other.exists()
 
 
 # ---- the workflow: a judge cell with a fetched template ----
+
+
+def template_source(url: str, sha256: str) -> dict:
+    """Config edits: the judge template as the pinned source `judge_template`."""
+    return {
+        "sources.judge_template": {"url": url, "sha256": sha256},
+        "judging.prompt": "source:judge_template",
+    }
 
 
 @pytest.fixture
@@ -209,8 +218,7 @@ def test_every_judge_prompt_is_the_fetched_template_filled_in_with_its_system_me
             workdir,
             server.base_url,
             {
-                "judging.prompt": url,
-                "judging.prompt_sha256": sha256,
+                **template_source(url, sha256),
                 "judging.conditions": ["baseline/umbrela", "fixed/gap"],
                 "personas.fixed.gap": GAP,
                 "personas.delivery.gap": "system",
@@ -221,7 +229,7 @@ def test_every_judge_prompt_is_the_fetched_template_filled_in_with_its_system_me
         run_workflow(workdir, config, *(str(p.relative_to(workdir)) for p in cells.values()))
         bodies = [json.loads(key) for key in server.requests]
 
-    assert (workdir / "results" / "sources" / "judging_prompt" / "qrel_stand_in.yaml").read_bytes() == data
+    assert (workdir / "results" / "sources" / "judge_template" / "qrel_stand_in.yaml").read_bytes() == data
     topics = read_topics(workdir / "data" / "topics.tsv")
     passages = dict(
         line.split("\t", 1) for line in (workdir / "data" / "passages.tsv").read_text().splitlines()
@@ -247,7 +255,10 @@ def test_a_checksum_mismatch_stops_with_one_line(tmp_path, served_template):
         config = write_api_config(
             workdir,
             server.base_url,
-            {"judging.prompt": url, "judging.prompt_sha256": wrong, "cdv.enabled": False},
+            {
+                **template_source(url, wrong),
+                "cdv.enabled": False,
+            },
         )
         target = judge_cell(workdir)["judgments"]
         run = run_workflow(workdir, config, str(target.relative_to(workdir)), check=False)
@@ -256,34 +267,22 @@ def test_a_checksum_mismatch_stops_with_one_line(tmp_path, served_template):
     assert "Traceback" not in run.stderr
     errors = error_lines(run.stderr)
     assert len(errors) == 1, run.stderr[-3000:]
-    assert errors[0].startswith("error: config key 'judging.prompt_sha256'")
+    assert errors[0].startswith("error: config key 'sources.judge_template.sha256'")
     assert sha256 in errors[0] and wrong in errors[0]
     assert calls == 0 and not target.exists()
-    assert not (workdir / "results" / "sources" / "judging_prompt" / "qrel_stand_in.yaml").exists()
+    assert not (workdir / "results" / "sources" / "judge_template" / "qrel_stand_in.yaml").exists()
 
 
-def test_a_url_template_without_a_checksum_is_a_config_error(tmp_path):
+def test_a_url_template_is_refused_in_favour_of_a_pinned_source(tmp_path):
     workdir = make_workdir(tmp_path / "work")
     write_judging_data(workdir)
     config = write_api_config(workdir, None, {"judging.prompt": "https://example.org/t.yaml"})
     run = run_workflow(workdir, config, "-n", check=False)
     assert run.returncode != 0
     assert error_lines(run.stderr) == [
-        "error: config key 'judging.prompt_sha256': required when 'judging.prompt' is a URL; "
-        "give the sha256 of the file the study must use"
+        "error: config key 'judging.prompt': https://example.org/t.yaml is a URL; add it under 'sources' "
+        "(url, commit, sha256) and set 'judging.prompt: source:<name>'"
     ]
-
-
-def test_a_local_template_given_with_a_checksum_is_checked(tmp_path):
-    local = tmp_path / "official.yaml"
-    local.write_text(stand_in_yaml())
-    good = hashlib.sha256(local.read_bytes()).hexdigest()
-    check_source(str(local), good, "judging.prompt")
-    check_source(str(local), None, "judging.prompt")  # no checksum: the project's own template
-    with pytest.raises(
-        StressprobeError, match=r"'judging\.prompt_sha256': .*official\.yaml has sha256 " + good
-    ):
-        check_source(str(local), "a" * 64, "judging.prompt")
 
 
 # ---- judging.unparsed ----

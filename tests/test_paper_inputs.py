@@ -129,20 +129,22 @@ def write_dl20_like(workdir, qids, runs):
         (data / "runs" / f"r{r}.run").write_text("".join(lines))
 
 
+def paper_dl20_qids() -> list[str]:
+    return [str(q) for q in PAPER["judging"]["datasets"]["dl20"]["expect"]["qids"]]
+
+
+def summarizing_dl20(workdir, qids, base_url, edits=None):
+    """A workdir whose DL20-like dataset (59 runs) the API model summarizes under the paper's pins; its
+    config file."""
+    write_dl20_like(make_workdir(workdir), qids, runs=59)
+    pinned = {"judging.datasets": {"dl20": pinned_dl20()}, "judging.summarizer": "api", "cdv.enabled": False}
+    return write_api_config(workdir, base_url, {**pinned, **(edits or {})})
+
+
 def test_a_dataset_with_53_queries_under_the_paper_config_is_refused_in_one_line_before_any_call(tmp_path):
-    workdir = make_workdir(tmp_path / "work")
-    qids = [str(q) for q in PAPER["judging"]["datasets"]["dl20"]["expect"]["qids"]]
-    write_dl20_like(workdir, qids[:53], runs=59)
+    workdir, qids = tmp_path / "work", paper_dl20_qids()
     with OpenAIServer() as server:
-        config = write_api_config(
-            workdir,
-            server.base_url,
-            {
-                "judging.datasets": {"dl20": pinned_dl20()},
-                "judging.summarizer": "api",
-                "cdv.enabled": False,
-            },
-        )
+        config = summarizing_dl20(workdir, qids[:53], server.base_url)
         run = run_workflow(workdir, config, "results/judging/dl20/summaries.jsonl", check=False)
         calls = server.total_requests
     assert run.returncode != 0 and "Traceback" not in run.stderr
@@ -194,21 +196,11 @@ def test_the_real_dl20_files_meet_the_paper_pins_but_their_39_runs(tmp_path):
 
 
 def test_table7_systems_that_name_no_run_are_refused_at_prepare_time_before_any_call(tmp_path):
-    workdir = make_workdir(tmp_path / "work")
-    qids = [str(q) for q in PAPER["judging"]["datasets"]["dl20"]["expect"]["qids"]]
-    write_dl20_like(workdir, qids, runs=59)
+    workdir = tmp_path / "work"
+    # The paper's Table 7 names for DL20; the runs here are r0 … r58.
+    systems = {"analysis.representative_systems": {"dl20": ["r1", "r5*", "fr_pass_roberta"]}}
     with OpenAIServer() as server:
-        config = write_api_config(
-            workdir,
-            server.base_url,
-            {
-                "judging.datasets": {"dl20": pinned_dl20()},
-                "judging.summarizer": "api",
-                "cdv.enabled": False,
-                # The paper's Table 7 names for DL20; the runs here are r0 … r58.
-                "analysis.representative_systems": {"dl20": ["r1", "r5*", "fr_pass_roberta"]},
-            },
-        )
+        config = summarizing_dl20(workdir, paper_dl20_qids(), server.base_url, systems)
         run = run_workflow(workdir, config, "results/judging/dl20/summaries.jsonl", check=False)
         calls = server.total_requests
     assert run.returncode != 0 and "Traceback" not in run.stderr

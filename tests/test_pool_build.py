@@ -137,18 +137,21 @@ def test_blockwise_retrieval_is_the_exact_stable_top_k(orthogonal):
     assert expected[(0, "query")] == [3, 5, 20]
 
 
+def pool_config(workdir, pool, **more):
+    """workdir/config.yaml: the pool rule's config for one uspersona pool file, in chunks of CHUNK."""
+    config = workdir / "config.yaml"
+    settings = {
+        "embedding": {"pool_chunk": CHUNK, "pool_device": "cpu", "threads": 1},
+        "personas": {"sources": {"uspersona": {"kind": "uspersona", "path": str(pool)}}},
+    }
+    config.write_text(json.dumps({**settings, **more}))
+    return config
+
+
 def test_the_pool_job_killed_by_its_scheduler_resumes_from_its_chunks(tmp_path, pool_file):
     """The persona_pool rule itself: SIGKILL snakemake and its job after the first chunk, rerun the target."""
     workdir = make_workdir(tmp_path / "work")
-    config = workdir / "config.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "embedding": {"pool_chunk": CHUNK, "pool_device": "cpu", "threads": 1},
-                "personas": {"sources": {"uspersona": {"kind": "uspersona", "path": str(pool_file)}}},
-            }
-        )
-    )
+    config = pool_config(workdir, pool_file)
     target = "results/personas/uspersona/pool.jsonl"
     work = workdir / "results/personas/uspersona/chunks"
     job = subprocess.Popen(
@@ -220,16 +223,7 @@ def test_the_pool_job_stops_early_naming_its_runtime_when_the_pool_cannot_fit(tm
     assert pool_size({"path": str(pool), "limit": None}) == 300_000
     assert pool_size({"path": str(pool), "limit": 7}) == 7
     workdir = make_workdir(tmp_path / "work")
-    config = workdir / "config.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "embedding": {"pool_chunk": CHUNK, "pool_device": "cpu", "threads": 1},
-                "personas": {"sources": {"uspersona": {"kind": "uspersona", "path": str(pool)}}},
-                "resources": {"persona_pool": {"mem_mb": 4000, "runtime": 1}},
-            }
-        )
-    )
+    config = pool_config(workdir, pool, resources={"persona_pool": {"mem_mb": 4000, "runtime": 1}})
     proc = run_snakemake(workdir, "results/personas/uspersona/pool.jsonl", configfile=config, check=False)
     assert proc.returncode != 0
     log = (workdir / "results/logs/personas/uspersona/pool.log").read_text()

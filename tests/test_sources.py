@@ -12,7 +12,7 @@ import yaml
 from stressprobe.cdv.questions import prepare_questions
 from stressprobe.cdv.release import read_release_labels
 from stressprobe.errors import StressprobeError
-from stressprobe.fetch import check_sources, pinned_sources, resolve, source_file
+from stressprobe.fetch import check_sources, refuse_url, resolve, source_file
 from stressprobe.io import read_jsonl
 from tests.support.api_workdir import error_lines, run_workflow, write_api_config
 from tests.support.file_server import FileServer
@@ -36,24 +36,25 @@ def test_a_source_is_read_from_its_download_or_its_local_copy(tmp_path):
         resolve("source:nope", pinned, "cdv.datasets.X.path")
 
 
-def test_judging_prompt_as_a_url_is_the_source_judging_prompt():
-    pinned = pinned_sources({}, "https://example.org/t/qrel.yaml", SHA)
-    assert pinned == {
-        "judging_prompt": {
-            "url": "https://example.org/t/qrel.yaml",
-            "commit": None,
-            "sha256": SHA,
-            "path": None,
-        }
-    }
-    assert (
-        source_file("judging_prompt", pinned["judging_prompt"]) == "results/sources/judging_prompt/qrel.yaml"
-    )
-    assert pinned_sources({}, "resources/prompts/umbrela.txt", None) == {}
+def test_a_file_key_given_a_url_names_the_sources_registry_as_the_fix():
+    refuse_url("resources/prompts/umbrela.txt", "judging.prompt")
+    refuse_url("source:umbrela_zeroshot", "judging.prompt")
     with pytest.raises(
-        StressprobeError, match=r"^config key 'judging\.prompt_sha256': required when 'judging\.prompt'"
+        StressprobeError,
+        match=r"^config key 'judging\.prompt': https://example\.org/t/qrel\.yaml is a URL; add it under 'sources'",
     ):
-        check_sources(pinned_sources({}, "https://example.org/t/qrel.yaml", None))
+        refuse_url("https://example.org/t/qrel.yaml", "judging.prompt")
+
+
+def test_a_local_copy_given_with_a_checksum_is_checked(tmp_path):
+    local = tmp_path / "official.yaml"
+    local.write_text("system_message: s\n")
+    good = hashlib.sha256(local.read_bytes()).hexdigest()
+    check_sources({"umbrela": {"path": str(local), "sha256": good}})
+    with pytest.raises(
+        StressprobeError, match=r"^config key 'sources\.umbrela\.sha256': .*official\.yaml has sha256 " + good
+    ):
+        check_sources({"umbrela": {"path": str(local), "sha256": "a" * 64}})
 
 
 @pytest.mark.parametrize(

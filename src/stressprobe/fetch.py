@@ -5,8 +5,8 @@ The files are never copied into the repository. Each is a *pinned source*, one e
 `sources` (name -> url, commit, sha256, or a local `path` with its sha256), and a file key that accepts one
 says `source:<name>`. One download job per source (rule fetch_source) fetches it on the submitting host into
 results/sources/<name>/<file name of the URL> and refuses a file whose checksum differs (a moved branch, an
-edited file, a proxy's error page). `judging.prompt` given as a URL (with `judging.prompt_sha256`) is the
-older form of the same thing: it is the source `judging_prompt`.
+edited file, a proxy's error page). A file key given a URL is refused (`refuse_url`): a published
+file is a source, pinned in one place.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from stressprobe.io import atomic_target
 TIMEOUT_S = 60.0
 SOURCE_PREFIX = "source:"
 SOURCES_DIR = "results/sources"
-# The name under which the older URL form of `judging.prompt` is a pinned source.
-LEGACY_JUDGE_SOURCE = "judging_prompt"
 
 
 def is_url(spec: str) -> bool:
@@ -48,22 +46,17 @@ def source_name(value: str | None) -> str | None:
 
 def source_keys(name: str) -> tuple[str, str]:
     """The config keys that hold a source's URL (or path) and its sha256, for error messages."""
-    if name == LEGACY_JUDGE_SOURCE:
-        return "judging.prompt", "judging.prompt_sha256"
     return f"sources.{name}.url", f"sources.{name}.sha256"
 
 
-def pinned_sources(sources: Mapping[str, Any], judge_prompt: str, judge_sha256: str | None) -> dict:
-    """name -> {url, commit, sha256, path}: the config's `sources` plus `judging.prompt` when it is a URL."""
-    pinned = {name: dict(entry) for name, entry in sources.items()}
-    if is_url(judge_prompt):
-        pinned[LEGACY_JUDGE_SOURCE] = {
-            "url": judge_prompt,
-            "commit": None,
-            "sha256": judge_sha256,
-            "path": None,
-        }
-    return pinned
+def refuse_url(value: str, config_key: str) -> None:
+    """A file key holds a path or `source:<name>`, never a URL: a published file is pinned once, under
+    `sources`, with its commit and sha256."""
+    if is_url(value):
+        raise StressprobeError(
+            f"config key '{config_key}': {value} is a URL; add it under 'sources' (url, commit, sha256) and "
+            f"set '{config_key}: source:<name>'"
+        )
 
 
 def check_sources(pinned: Mapping[str, Mapping[str, Any]]) -> None:
@@ -87,7 +80,7 @@ def check_sources(pinned: Mapping[str, Mapping[str, Any]]) -> None:
                 "pin the URL to that commit (a branch name can move)"
             )
         if entry.get("path"):
-            check_source(entry["path"], entry["sha256"], url_key, sha_key)
+            check_local_copy(entry["path"], entry["sha256"], f"sources.{name}.path", sha_key)
 
 
 def source_file(name: str, entry: Mapping[str, Any]) -> str:
@@ -112,39 +105,19 @@ def resolve(value: str, pinned: Mapping[str, Mapping[str, Any]], config_key: str
     return source_file(name, pinned[name])
 
 
-def check_source(spec: str, sha256: str | None, config_key: str, sha256_key: str | None = None) -> None:
-    """A URL needs its pinned sha256 (an unpinned published text could change under the study), and a local
-    copy given with one (e.g. downloaded by hand for an offline cluster) must match it."""
-    sha256_key = sha256_key or f"{config_key}_sha256"
-    if source_name(spec) is not None:
-        if sha256:
-            raise StressprobeError(
-                f"config key '{sha256_key}': '{config_key}' names a source, whose own sha256 pins it; remove it"
-            )
-        return
-    if is_url(spec):
-        if not sha256:
-            raise StressprobeError(
-                f"config key '{sha256_key}': required when '{config_key}' is a URL; "
-                "give the sha256 of the file the study must use"
-            )
-        return
-    path = Path(spec)
-    if sha256 and path.is_file():
-        got = sha256_hex(path.read_bytes())
-        if got != sha256.lower():
-            raise StressprobeError(
-                f"config key '{sha256_key}': {path} has sha256 {got}, not {sha256}; "
-                "use the pinned file or fix the checksum"
-            )
+def check_local_copy(path: str, sha256: str, path_key: str, sha256_key: str) -> None:
+    """A source's local copy (e.g. downloaded by hand for an offline cluster) must match its sha256."""
+    local = Path(path)
+    if local.is_file() and (got := sha256_hex(local.read_bytes())) != sha256.lower():
+        raise StressprobeError(
+            f"config key '{sha256_key}': {local} has sha256 {got}, not {sha256}; "
+            "use the pinned file or fix the checksum"
+        )
 
 
-def fetch_verified(
-    url: str, sha256: str, dest: str | os.PathLike, config_key: str, sha256_key: str | None = None
-) -> None:
+def fetch_verified(url: str, sha256: str, dest: str | os.PathLike, config_key: str, sha256_key: str) -> None:
     """Download `url` to `dest` if its sha256 is `sha256`; otherwise nothing is written and the error names
-    `config_key` (the key that holds the URL) or `sha256_key` (the checksum's, default `{config_key}_sha256`)."""
-    sha256_key = sha256_key or f"{config_key}_sha256"
+    `config_key` (the key that holds the URL) or `sha256_key` (the checksum's)."""
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as reply:  # noqa: S310 (http(s) only, checked)
             data = reply.read()

@@ -106,17 +106,7 @@ use rule cdv_search as cdv_search_variant with:
     benchmark:
         "results/benchmarks/cdv/search/{dataset}/{proxy}/{victim}/value/{variant}.tsv"
     params:
-        prompts=cdv_prompts(),
-        roles=cdv_search_roles,
-        models=lambda w: cdv_models_of(cdv_search_roles(w).values()),
-        search=config["cdv"]["search"],
-        victim_prefill=lambda w: model_prefill(
-            cdv_search_roles(w)["victim"], config["cdv"]["answer_prefix"]
-        ),
-        classifier_threshold=config["cdv"]["classifier"]["threshold"],
-        eval_temperature=lambda w: cdv_eval_temperature(cdv_search_roles(w)["victim"]),
         value=lambda w: w.variant,
-        seed=config["seed"],
 
 
 rule cdv_baselines:
@@ -173,11 +163,8 @@ rule cdv_eval_originals:
     params:
         prompts=cdv_prompts(),
         models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
-        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
-        temperature=lambda w: cdv_eval_temperature(w.model),
-        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
+        answering=cdv_eval_settings,
         mitigation=lambda w: w.kind == "mitigation",
-        seed=config["seed"],
     script:
         "../../scripts/cdv_eval_originals.py"
 
@@ -204,16 +191,15 @@ rule cdv_eval:
     params:
         prompts=cdv_prompts(),
         models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
-        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
-        temperature=lambda w: cdv_eval_temperature(w.model),
-        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
+        answering=cdv_eval_settings,
         mitigation=False,
-        seed=config["seed"],
     script:
         "../../scripts/cdv_eval.py"
 
 
-rule cdv_mitigation:
+# The focus instruction (Table 4): cdv_eval on the cell's originals and perturbed questions, with only its
+# own inputs, outputs and mitigation switch.
+use rule cdv_eval as cdv_mitigation with:
     input:
         unpack(cdv_originals_input("mitigation")),
         prompt_file=cdv_prompt_file(),
@@ -226,20 +212,5 @@ rule cdv_mitigation:
         "results/logs/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.log",
     benchmark:
         "results/benchmarks/cdv/mitigation/{dataset}/{proxy}/{victim}/{model}.tsv"
-    wildcard_constraints:
-        model=CDV_CELL_EVAL_RE,
-    conda:
-        llm_env(cdv_eval_job_models)
-    threads: llm_threads(cdv_eval_job_models)
-    resources:
-        **llm_resources(cdv_eval_job_models),
     params:
-        prompts=cdv_prompts(),
-        models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
-        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
-        temperature=lambda w: cdv_eval_temperature(w.model),
-        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
         mitigation=True,
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_eval.py"

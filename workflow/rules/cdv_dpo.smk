@@ -81,9 +81,6 @@ rule cdv_benchmark:
         **llm_resources(cell_model),
     params:
         models=lambda w: cdv_models_of([w.model]),
-        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
-        temperature=lambda w: cdv_eval_temperature(w.model),
-        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
-        seed=config["seed"],
+        answering=cdv_eval_settings,
     script:
         "../../scripts/cdv_benchmark.py"

@@ -27,10 +27,7 @@ rule cdv_eval_vllm:
         prompts=cdv_prompts(),
         models=lambda w: cdv_models_of(cdv_eval_job_models(w)),
         cells=cdv_group_cells(),
-        max_tokens=lambda w: cdv_eval_max_tokens(w.model),
-        temperature=lambda w: cdv_eval_temperature(w.model),
-        prefill=lambda w: model_prefill(w.model, config["cdv"]["answer_prefix"]),
-        seed=config["seed"],
+        answering=cdv_eval_settings,
     script:
         "../../scripts/cdv_eval_group.py"
 

@@ -6,26 +6,14 @@ include: "functions/cdv_study.smk"
 
 
 wildcard_constraints:
-    cdv_table="cdv_[a-z_]+",
+    cdv_table="|".join(_CDV_TABLE_BUILDERS),
     cdv_figure="cdv_[a-z_]+",
 
 
+# Every CDV table, by name (stressprobe.cdv.study_tables): its inputs and settings are its own.
 rule cdv_table:
     input:
-        summaries=cdv_cell_files("search.summary.json"),
-        variant_summaries=cdv_variant_files("search.summary.json"),
-        searches=cdv_cell_files("search.jsonl"),
-        evals=cdv_eval_files("eval"),
-        mitigation=(
-            cdv_eval_files("mitigation")
-            if config["cdv"]["mitigation"]["enabled"]
-            else []
-        ),
-        classifier=(
-            "results/cdv/classifier/metrics.json"
-            if config["cdv"]["classifier"]["kind"] != "none"
-            else []
-        ),
+        unpack(lambda w: cdv_table_inputs(w.cdv_table)),
     output:
         **table_outputs("{cdv_table}", "cdv", "CDV study", "Tables"),
     log:
@@ -35,6 +23,8 @@ rule cdv_table:
         "../../envs/analysis.yaml"
     resources:
         **config["resources"]["small"],
+    params:
+        settings=lambda w: cdv_table_settings(w.cdv_table),
     script:
         "../../scripts/cdv_table.py"
 
@@ -56,31 +46,6 @@ rule cdv_figure:
         figure=analysis_figure_options(),
     script:
         "../../scripts/cdv_figure.py"
-
-
-# The paper's experiment tables (stressprobe.cdv.paper_report); the names are also cdv_table's pattern.
-ruleorder: cdv_study_table > cdv_table
-
-
-rule cdv_study_table:
-    input:
-        unpack(lambda w: cdv_study_inputs(w.cdv_study_table)),
-    output:
-        **table_outputs("{cdv_study_table}", "cdv", "CDV study", "Tables"),
-    log:
-        "results/logs/cdv/tables/{cdv_study_table}.log",
-    wildcard_constraints:
-        cdv_study_table="|".join(CDV_STUDY_TABLES),
-    localrule: True
-    conda:
-        "../../envs/analysis.yaml"
-    resources:
-        **config["resources"]["small"],
-    params:
-        experiments=config["cdv"]["experiments"],
-        seed=config["seed"],
-    script:
-        "../../scripts/cdv_study_table.py"
 
 
 ruleorder: cdv_study_figure > cdv_figure

@@ -45,7 +45,7 @@ rule judge:
     wildcard_constraints:
         dataset=DATASET_RE,
         model=CELL_JUDGE_RE,
-        source=SOURCE_RE,
+        source=CONDITION_SOURCE_RE,
         role=ROLE_RE,
     conda:
         llm_env(cell_model)
@@ -117,7 +117,7 @@ rule judge_qrels:
     wildcard_constraints:
         dataset=DATASET_RE,
         model=JUDGE_MODEL_RE,
-        source=SOURCE_RE,
+        source=CONDITION_SOURCE_RE,
         role=ROLE_RE,
     group:
         "scoring"
@@ -161,7 +161,7 @@ rule external_qrels:
     wildcard_constraints:
         dataset=DATASET_RE,
         model=EXTERNAL_RE,
-        source=SOURCE_RE,
+        source=CONDITION_SOURCE_RE,
         role=ROLE_RE,
     group:
         "scoring"
@@ -185,7 +185,7 @@ rule ndcg:
     wildcard_constraints:
         dataset=DATASET_RE,
         model=f"{EXTERNAL_RE}|human",
-        source=f"{SOURCE_RE}|human",
+        source=f"{CONDITION_SOURCE_RE}|human",
         role=f"{ROLE_RE}|human",
     group:
         "scoring"

@@ -11,7 +11,7 @@ rule fetch_source:
     log:
         "results/logs/sources/{source}/{filename}.log",
     wildcard_constraints:
-        source=SOURCE_RE,
+        source=FETCHED_SOURCE_RE,
         filename=r"[^/]+",
     localrule: True
     conda:

@@ -213,6 +213,17 @@ def cdv_eval_max_tokens(model):
     return evaluation["model_max_tokens"].get(model, evaluation["max_tokens"])
 
 
+def cdv_eval_settings(wildcards):
+    """How the job's model `{model}` answers (stressprobe.cdv.jobs.EvalSettings, less the prompts): one
+    settings object for every rule that evaluates a model."""
+    return {
+        "max_tokens": cdv_eval_max_tokens(wildcards.model),
+        "temperature": cdv_eval_temperature(wildcards.model),
+        "prefill": model_prefill(wildcards.model, config["cdv"]["answer_prefix"]),
+        "seed": config["seed"],
+    }
+
+
 def cdv_dataset_pattern():
     """A regex of exactly the configured dataset names (so `MMLU.selected` or `n100/MMLU` are not one)."""
     return "|".join(re.escape(d) for d in cdv_datasets()) or "(?!)"

@@ -1,5 +1,6 @@
 # Input functions and output lists of the CDV tables and figures (its rules: ../cdv_study.smk).
 
+from stressprobe.cdv.study_tables import BUILDERS as _CDV_TABLE_BUILDERS
 
 CDV_TABLES = ["cdv_search", "cdv_accuracy"]
 CDV_FIGURES = ["cdv_matrix", "cdv_distribution", "cdv_agreement", "cdv_depth"]
@@ -81,114 +82,99 @@ def cdv_outputs():
     return outputs
 
 
-CDV_STUDY_TABLES = [
+# The tables cdv_vs_paper compares with the published values (stressprobe.cdv.paper_report.run_values).
+CDV_PAPER_TABLES = [
     "cdv_experiments",
     "cdv_classifier_study",
-    "cdv_filter_cost",
-    "cdv_classifier_transfer",
     "cdv_classifier_release",
+    "cdv_classifier_transfer",
+    "cdv_filter_cost",
+    "cdv_baselines",
+    "cdv_mitigation",
     "cdv_dpo",
     "cdv_benchmark",
+    "cdv_value_ablation",
     "cdv_human_eval",
-    "cdv_vs_paper",
 ]
 
 
-def cdv_study_inputs(name):
-    """What each study table reads; cdv_vs_paper reads every one the config turns on."""
+def cdv_table_inputs(name):
+    """What the table `name` reads (stressprobe.cdv.study_tables): an input name means the same files in
+    every table; cdv_vs_paper reads what each of its tables reads, and the searches."""
     classifier = config["cdv"]["classifier"]
-    parts = {
-        "cdv_experiments": (
-            {
-                "evals": cdv_eval_files("eval"),
-                "questions": expand(CDV_QUESTIONS, dataset=cdv_datasets()),
-                # Table 4 on each experiment's own sample
-                "experiment_mitigation": (
-                    cdv_eval_files("mitigation")
-                    if config["cdv"]["mitigation"]["enabled"]
-                    else []
-                ),
-            }
-            if config["cdv"]["experiments"]
-            else {}
-        ),
-        "cdv_classifier_study": (
-            {
-                "classifier": "results/cdv/classifier/metrics.json",
-                "lora": [
-                    f"results/cdv/classifier/lora/{f}.json" for f in cdv_lora_models()
-                ],
-            }
-            if classifier["prompt_models"]
-            else {}
-        ),
-        "cdv_filter_cost": (
-            {
-                "cost_summaries": [
-                    f"{cdv_cell_dir(*cell)}/search.summary.json"
-                    for cell in cdv_cost_cells()
-                ]
-            }
-            if cdv_cost_study()
-            else {}
-        ),
-        "cdv_classifier_transfer": (
-            {"transfer": "results/cdv/classifier/transfer.json"}
-            if classifier["table2"]["victims"]
-            else {}
-        ),
-        "cdv_classifier_release": (
-            {
-                "release": "results/cdv/classifier/release.json",
-                "release_lora": [
-                    f"results/cdv/classifier/release_lora/{f}.json"
-                    for f in cdv_lora_models()
-                ],
-            }
-            if classifier["release"]["train"]
-            else {}
-        ),
-        "cdv_dpo": (
-            {
-                "dpo": [
-                    f"results/cdv/dpo/model/{m}/done.json" for m in cdv_dpo_models()
-                ],
-                "compare": [
-                    f"results/cdv/benchmark/{CDV_DPO_HELDOUT}/{m}.jsonl"
-                    for m in cdv_benchmark_models(CDV_DPO_HELDOUT)
-                    if CDV_DPO_HELDOUT in cdv_benchmark_files()
-                ],
-            }
-            if config["cdv"]["dpo"]["train"]
-            else {}
-        ),
-        "cdv_human_eval": (
-            {"human": config["cdv"]["human_eval"]["filled"]}
-            if config["cdv"]["human_eval"]["filled"]
-            else {}
-        ),
-        "cdv_benchmark": (
-            {"benchmark": cdv_benchmark_records()} if cdv_benchmark_records() else {}
-        ),
+    mitigation = (
+        cdv_eval_files("mitigation") if config["cdv"]["mitigation"]["enabled"] else []
+    )
+    evals = {"evals": cdv_eval_files("eval")}
+    inputs = {
+        "cdv_search": {"summaries": cdv_cell_files("search.summary.json")},
+        "cdv_accuracy": {**evals, "searches": cdv_cell_files("search.jsonl")},
+        "cdv_baselines": evals,
+        "cdv_mitigation": {**evals, "mitigation": mitigation},
+        "cdv_classifier": {"classifier": "results/cdv/classifier/metrics.json"},
+        "cdv_value_ablation": {
+            "variant_summaries": cdv_variant_files("search.summary.json")
+        },
+        "cdv_experiments": {
+            **evals,
+            "questions": expand(CDV_QUESTIONS, dataset=cdv_datasets()),
+            "mitigation": mitigation,
+        },
+        "cdv_classifier_study": {
+            "classifier": "results/cdv/classifier/metrics.json",
+            "lora": [
+                f"results/cdv/classifier/lora/{f}.json" for f in cdv_lora_models()
+            ],
+        },
+        "cdv_filter_cost": {
+            "cost_summaries": [
+                f"{cdv_cell_dir(*cell)}/search.summary.json"
+                for cell in cdv_cost_cells()
+            ]
+        },
+        "cdv_classifier_transfer": {"transfer": "results/cdv/classifier/transfer.json"},
+        "cdv_classifier_release": {
+            "release": "results/cdv/classifier/release.json",
+            "release_lora": [
+                f"results/cdv/classifier/release_lora/{f}.json"
+                for f in cdv_lora_models()
+            ],
+        },
+        "cdv_dpo": {
+            "dpo": [f"results/cdv/dpo/model/{m}/done.json" for m in cdv_dpo_models()],
+            "compare": [
+                f"results/cdv/benchmark/{CDV_DPO_HELDOUT}/{m}.jsonl"
+                for m in cdv_benchmark_models(CDV_DPO_HELDOUT)
+                if CDV_DPO_HELDOUT in cdv_benchmark_files()
+            ],
+        },
+        "cdv_benchmark": {"benchmark": cdv_benchmark_records()},
+        "cdv_human_eval": {"human": config["cdv"]["human_eval"]["filled"]},
     }
     if name != "cdv_vs_paper":
-        return parts[name]
+        return inputs[name]
     merged = {
         "paper_values": config["cdv"]["paper_values"],
-        "all_evals": cdv_eval_files("eval"),
         # section 4.3's pairwise agreement on perturbable questions (Figure 4)
         "searches": cdv_cell_files("search.jsonl"),
         # A.2's depth and length shares and section 4.3's wasted share: the searches that label the classifier
         "label_searches": cdv_label_files("search.jsonl"),
     }
-    if cdv_value_variants():  # section 4.4's ablation
-        merged["summaries"] = cdv_cell_files("search.summary.json")
-        merged["variant_summaries"] = cdv_variant_files("search.summary.json")
-    if config["cdv"]["mitigation"]["enabled"]:
-        merged["mitigation"] = cdv_eval_files("mitigation")
-    for part in parts.values():
-        merged.update(part)
+    for table in cdv_table_settings(name)["tables"]:
+        merged.update(inputs[table])
     return merged
+
+
+def cdv_table_settings(name):
+    """The settings the table `name` is built with: only those it reads, so that a config edit rebuilds
+    only the tables it changes."""
+    tables = [t for t in cdv_table_names() if t in CDV_PAPER_TABLES]
+    experiments = {"experiments": config["cdv"]["experiments"], "seed": config["seed"]}
+    if name == "cdv_experiments":
+        return experiments
+    if name == "cdv_vs_paper":
+        return {**experiments, "tables": tables}
+    return {}
 
 
 # Section 4.4's value-function ablation (its cells may be the cost experiment's: cdv_classifier.smk).

@@ -59,21 +59,12 @@ stop_on_error(_check_judging_config)
 
 
 # -- the judge prompt template: a local file, or a pinned source fetched (and checksummed) by a job --
-stop_on_error(
-    _fetch.check_source,
-    config["judging"]["prompt"],
-    config["judging"]["prompt_sha256"],
-    "judging.prompt",
-)
+stop_on_error(_fetch.refuse_url, config["judging"]["prompt"], "judging.prompt")
 
 
 def judge_template():
-    """The judge template file jobs read: the configured path, or the pinned source's file (a URL given
-    here is the source `judging_prompt`; see ../sources.smk)."""
-    spec = config["judging"]["prompt"]
-    if _fetch.is_url(spec):
-        spec = _fetch.SOURCE_PREFIX + _fetch.LEGACY_JUDGE_SOURCE
-    return source_file(spec, "judging.prompt")
+    """The judge template file jobs read: the configured path, or the pinned source's file."""
+    return source_file(config["judging"]["prompt"], "judging.prompt")
 
 
 def summary_template():
@@ -105,7 +96,7 @@ _USED_CONDITIONS = set(judging_conditions()).union(
         for conditions in per_dataset.values()
     )
 )
-SOURCE_RE = _alternation(sorted({c.split("/")[0] for c in _USED_CONDITIONS}))
+CONDITION_SOURCE_RE = _alternation(sorted({c.split("/")[0] for c in _USED_CONDITIONS}))
 ROLE_RE = _alternation(sorted({c.split("/")[1] for c in _USED_CONDITIONS}))
 
 

@@ -2,39 +2,28 @@
 
 from stressprobe import fetch as _fetch
 
-
-def pinned_sources():
-    """name -> {url, commit, sha256, path} of every pinned published file (config `sources`, and
-    `judging.prompt` when it is a URL)."""
-    return _fetch.pinned_sources(
-        config["sources"],
-        config["judging"]["prompt"],
-        config["judging"]["prompt_sha256"],
-    )
-
-
-stop_on_error(_fetch.check_sources, pinned_sources())
+stop_on_error(_fetch.check_sources, config["sources"])
 
 
 def source_file(value, config_key):
     """The file a file key means: a path as given, or the pinned source's (local copy or fetched file)."""
-    return _fetch.resolve(value, pinned_sources(), config_key)
+    return _fetch.resolve(value, config["sources"], config_key)
 
 
 def fetched_sources():
     """Sources a download job fetches (those given by URL, not by a local path)."""
-    return sorted(name for name, entry in pinned_sources().items() if entry.get("url"))
+    return sorted(name for name, entry in config["sources"].items() if entry.get("url"))
 
 
 def source_param(key):
     """A download job's setting `key` (url, sha256, url_key, sha256_key) from its {source} wildcard."""
 
     def param(wildcards):
-        entry = pinned_sources()[wildcards.source]
+        entry = config["sources"][wildcards.source]
         url_key, sha256_key = _fetch.source_keys(wildcards.source)
         return {**entry, "url_key": url_key, "sha256_key": sha256_key}[key]
 
     return param
 
 
-SOURCE_RE = _alternation(fetched_sources())
+FETCHED_SOURCE_RE = _alternation(fetched_sources())
