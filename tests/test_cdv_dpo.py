@@ -283,3 +283,107 @@ def test_the_papers_dpo_settings_make_a_trainer_config_on_a_host_without_a_gpu(t
     args = dpo_config(settings, str(tmp_path), 42)
     assert args.use_cpu is (not torch.cuda.is_available())
     assert args.learning_rate == 2.0e-4 and args.num_train_epochs == 5 and args.loss_type == ["sigmoid"]
+
+
+# ---- the release's pairs (cdv.dpo.pairs: release; the authors' train/dpo_data.py) ----
+
+# Three evaluators' outcomes on four perturbed questions, as the authors' eval.py would have recorded them:
+# True / False = its `result`, None = no record (a failed call, or an extraction reply that is no JSON,
+# which eval.py:50-51 drops). Each entry: (the release's outcome, the project's record fields).
+_OUTCOMES = {
+    "q1:1": [(False, "ok"), (True, "ok"), (False, "ok")],
+    "q1:2": [(True, "ok"), (True, "ok"), (True, "ok")],  # nobody wrong: no pair
+    "q2:1": [(None, "no json"), (False, "ok"), (True, "ok")],  # A's reply unread and dropped
+    "q3:0": [(None, "error"), (True, "ok"), (False, "off option")],  # C's JSON names no option: wrong
+}
+
+
+def _release_input():
+    items = {"q1": make_item("q1"), "q2": make_item("q2"), "q3": make_item("q3")}
+    perturbed = [
+        {
+            **items[node.split(":")[0]],
+            "node_id": node,
+            "question": f"Ctx {node}. " + items[node[:2]]["question"],
+        }
+        for node in _OUTCOMES
+    ]
+    evals = [[], [], []]
+    for p in perturbed:
+        for e, (result, kind) in enumerate(_OUTCOMES[p["node_id"]]):
+            right = "ABCD"[p["answer_index"]]
+            answer = {True: right, False: "C"}.get(result) if kind == "ok" else None
+            record = {
+                "qid": p["qid"],
+                "node_id": p["node_id"],
+                "condition": "perturbed",
+                "answer": answer,
+                "correct": result is True,
+                "status": {"ok": "ok", "error": "error"}.get(kind, "unparsed"),
+                "raw": f"evaluator {e} on {p['node_id']}",
+                "extract_raw": {
+                    "no json": "I cannot tell.",
+                    "off option": '{"final_answer": "none of them"}',
+                }.get(kind, f'{{"final_answer": "{p["choices"][0] if result else p["choices"][2]}"}}'),
+            }
+            evals[e].append(record)
+    return perturbed, evals
+
+
+def _release_pairs_by_hand(perturbed):
+    """train/dpo_data.py:37-55 written out on the release's outcomes: the first evaluator whose result is
+    False gives the rejected answer, the first whose result is True the chosen one."""
+    expected = {}
+    for p in perturbed:
+        outcomes = [result for result, _ in _OUTCOMES[p["node_id"]]]
+        wrong = next((e for e, result in enumerate(outcomes) if result is False), None)
+        right = next((e for e, result in enumerate(outcomes) if result is True), None)
+        if wrong is not None and right is not None:
+            expected[p["node_id"]] = (
+                f"evaluator {right} on {p['node_id']}",
+                f"evaluator {wrong} on {p['node_id']}",
+            )
+    return expected
+
+
+def test_release_pairs_are_the_first_right_and_first_wrong_evaluators_answers():
+    from stressprobe.cdv.dpo import release_pairs
+    from stressprobe.cdv.prompts import victim_messages
+
+    perturbed, evals = _release_input()
+    pairs = release_pairs("toy", perturbed, evals, answer_line=False)
+    expected = _release_pairs_by_hand(perturbed)
+    assert expected == {"q1:1": ("evaluator 1 on q1:1", "evaluator 0 on q1:1"),
+                        "q2:1": ("evaluator 2 on q2:1", "evaluator 1 on q2:1"),
+                        "q3:0": ("evaluator 1 on q3:0", "evaluator 2 on q3:0")}  # fmt: skip
+    got = {p["node_id"]: (p["chosen"][0]["content"], p["rejected"][0]["content"]) for p in pairs}
+    assert got == expected
+    by_node = {p["node_id"]: p for p in perturbed}
+    for pair in pairs:
+        p = by_node[pair["node_id"]]
+        assert pair["group"] == f"toy/{p['qid']}"
+        asked = [{"role": r, "content": c} for r, c in victim_messages(p["question"], p["choices"])]
+        assert pair["prompt"] == asked  # the held-out questions' prompt, read by its answer line
+    # With cdv.dpo.answer_line a read answer ends with its option's line; the off-option one stays as it is.
+    lined = {p["node_id"]: p for p in release_pairs("toy", perturbed, evals)}
+    assert lined["q1:1"]["chosen"][0]["content"] == "evaluator 1 on q1:1\nAnswer: A"
+    assert lined["q1:1"]["rejected"][0]["content"] == "evaluator 0 on q1:1\nAnswer: C"
+    assert lined["q3:0"]["rejected"][0]["content"] == "evaluator 2 on q3:0"
+    # The order of the evaluators decides: in the order C, B, A, q1:1's rejected answer is C's.
+    reordered = {
+        p["node_id"]: p for p in release_pairs("toy", perturbed, [evals[2], evals[1], evals[0]], False)
+    }
+    assert reordered["q1:1"]["chosen"][0]["content"] == "evaluator 1 on q1:1"
+    assert reordered["q1:1"]["rejected"][0]["content"] == "evaluator 2 on q1:1"
+
+
+def test_the_release_test_set_is_its_test_pairs_questions():
+    from stressprobe.cdv.dpo import release_pairs
+
+    perturbed, evals = _release_input()
+    pairs = release_pairs("toy", perturbed, evals)
+    groups = {"toy/q1", "toy/q2", "toy/q3"}
+    every = heldout_questions("toy", perturbed, groups)
+    paired = heldout_questions("toy", perturbed, groups, node_ids={p["node_id"] for p in pairs})
+    assert [q["node_id"] for q in every] == ["q1:1", "q1:2", "q2:1", "q3:0"]
+    assert [q["node_id"] for q in paired] == ["q1:1", "q2:1", "q3:0"]
