@@ -115,11 +115,11 @@ def _with_line(text: str, read_as: str | None, n_choices: int, answer_line: bool
 def split_pairs(
     pairs: list[dict[str, Any]], test_fraction: float, seed: int
 ) -> tuple[list[dict], list[dict]]:
-    """Train and test pairs split by original question; the `group` key is dropped (TRL sees 3 columns)."""
+    """Train and test pairs split by original question, as TRL reads them (`trl_rows`: 3 columns)."""
     train_groups, _ = split_keys(sorted({p["group"] for p in pairs}), test_fraction, seed)
     train_set = set(train_groups)
-    strip = [({k: v for k, v in p.items() if k != "group"}, p["group"] in train_set) for p in pairs]
-    return [p for p, is_train in strip if is_train], [p for p, is_train in strip if not is_train]
+    train = trl_rows([p for p in pairs if p["group"] in train_set])
+    return train, trl_rows([p for p in pairs if p["group"] not in train_set])
 
 
 # ---- the paper's DPO experiment (A.2, Table 5): split, train, evaluate before and after ----
