@@ -387,3 +387,27 @@ def test_the_release_test_set_is_its_test_pairs_questions():
     paired = heldout_questions("toy", perturbed, groups, node_ids={p["node_id"] for p in pairs})
     assert [q["node_id"] for q in every] == ["q1:1", "q1:2", "q2:1", "q3:0"]
     assert [q["node_id"] for q in paired] == ["q1:1", "q2:1", "q3:0"]
+
+
+def test_each_heldout_original_is_asked_once_however_many_perturbed_rows_it_has(monkeypatch):
+    from stressprobe.cdv import dpo
+
+    perturbed, _ = _release_input()  # q1 has two perturbed questions, q2 and q3 one each
+    originals = {q: make_item(q) for q in ("q1", "q2", "q3")}
+    heldout = heldout_questions("toy", perturbed, {"toy/q1", "toy/q2", "toy/q3"}, originals)
+    asked = []
+
+    def generate(model, tokenizer, prompts, **ask):
+        asked.extend(prompts)
+        return [{"text": p[-1]["content"][:20], "truncated": False} for p in prompts]
+
+    monkeypatch.setattr(dpo, "generate_answers", generate)
+    settings = {"eval_max_tokens": 4, "eval_temperature": 0.0, "eval_batch_size": 2}
+    _, on_originals = dpo._answer_all(None, None, heldout, settings)
+    original_prompts = [q["original_prompt"] for q in heldout]
+    # 4 perturbed questions and 3 distinct originals: 7 prompts, not 8
+    assert len(asked) == 4 + 3 and sum(p in asked for p in original_prompts) == 4
+    assert [asked.count(p) for p in original_prompts] == [1, 1, 1, 1]
+    assert on_originals["q1:1"] == on_originals["q1:2"] and set(on_originals) == {
+        q["node_id"] for q in heldout
+    }

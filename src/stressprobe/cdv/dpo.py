@@ -303,16 +303,18 @@ def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides
 
 
 def _answer_all(model: Any, tokenizer: Any, heldout: list[dict[str, Any]], settings: dict[str, Any]):
-    """Answers to the held-out perturbed questions and, where known, to their originals."""
+    """Answers to the held-out perturbed questions and, where known, to their originals: each original
+    asked once (by `group`), however many of its perturbed questions are held out."""
     ask = {
         "max_tokens": settings["eval_max_tokens"],
         "temperature": settings["eval_temperature"],
         "batch_size": settings["eval_batch_size"],
     }
     perturbed = generate_answers(model, tokenizer, [q["prompt"] for q in heldout], **ask)
-    with_original = [q for q in heldout if "original_prompt" in q]
-    originals = generate_answers(model, tokenizer, [q["original_prompt"] for q in with_original], **ask)
-    return perturbed, dict(zip([q["node_id"] for q in with_original], originals, strict=True))
+    original_of = {q["group"]: q["original_prompt"] for q in heldout if "original_prompt" in q}
+    answers = generate_answers(model, tokenizer, list(original_of.values()), **ask)
+    by_group = dict(zip(original_of, answers, strict=True))
+    return perturbed, {q["node_id"]: by_group[q["group"]] for q in heldout if q["group"] in by_group}
 
 
 def _evaluation(heldout, before, after, originals_before, originals_after) -> dict[str, Any]:
