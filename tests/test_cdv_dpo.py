@@ -283,3 +283,131 @@ def test_the_papers_dpo_settings_make_a_trainer_config_on_a_host_without_a_gpu(t
     args = dpo_config(settings, str(tmp_path), 42)
     assert args.use_cpu is (not torch.cuda.is_available())
     assert args.learning_rate == 2.0e-4 and args.num_train_epochs == 5 and args.loss_type == ["sigmoid"]
+
+
+# ---- the release's pairs (cdv.dpo.pairs: release; the authors' train/dpo_data.py) ----
+
+# Three evaluators' outcomes on four perturbed questions, as the authors' eval.py would have recorded them:
+# True / False = its `result`, None = no record (a failed call, or an extraction reply that is no JSON,
+# which eval.py:50-51 drops). Each entry: (the release's outcome, the project's record fields).
+_OUTCOMES = {
+    "q1:1": [(False, "ok"), (True, "ok"), (False, "ok")],
+    "q1:2": [(True, "ok"), (True, "ok"), (True, "ok")],  # nobody wrong: no pair
+    "q2:1": [(None, "no json"), (False, "ok"), (True, "ok")],  # A's reply unread and dropped
+    "q3:0": [(None, "error"), (True, "ok"), (False, "off option")],  # C's JSON names no option: wrong
+}
+
+
+def _release_input():
+    items = {"q1": make_item("q1"), "q2": make_item("q2"), "q3": make_item("q3")}
+    perturbed = [
+        {
+            **items[node.split(":")[0]],
+            "node_id": node,
+            "question": f"Ctx {node}. " + items[node[:2]]["question"],
+        }
+        for node in _OUTCOMES
+    ]
+    evals = [[], [], []]
+    for p in perturbed:
+        for e, (result, kind) in enumerate(_OUTCOMES[p["node_id"]]):
+            right = "ABCD"[p["answer_index"]]
+            answer = {True: right, False: "C"}.get(result) if kind == "ok" else None
+            record = {
+                "qid": p["qid"],
+                "node_id": p["node_id"],
+                "condition": "perturbed",
+                "answer": answer,
+                "correct": result is True,
+                "status": {"ok": "ok", "error": "error"}.get(kind, "unparsed"),
+                "raw": f"evaluator {e} on {p['node_id']}",
+                "extract_raw": {
+                    "no json": "I cannot tell.",
+                    "off option": '{"final_answer": "none of them"}',
+                }.get(kind, f'{{"final_answer": "{p["choices"][0] if result else p["choices"][2]}"}}'),
+            }
+            evals[e].append(record)
+    return perturbed, evals
+
+
+def _release_pairs_by_hand(perturbed):
+    """train/dpo_data.py:37-55 written out on the release's outcomes: the first evaluator whose result is
+    False gives the rejected answer, the first whose result is True the chosen one."""
+    expected = {}
+    for p in perturbed:
+        outcomes = [result for result, _ in _OUTCOMES[p["node_id"]]]
+        wrong = next((e for e, result in enumerate(outcomes) if result is False), None)
+        right = next((e for e, result in enumerate(outcomes) if result is True), None)
+        if wrong is not None and right is not None:
+            expected[p["node_id"]] = (
+                f"evaluator {right} on {p['node_id']}",
+                f"evaluator {wrong} on {p['node_id']}",
+            )
+    return expected
+
+
+def test_release_pairs_are_the_first_right_and_first_wrong_evaluators_answers():
+    from stressprobe.cdv.dpo import release_pairs
+    from stressprobe.cdv.prompts import victim_messages
+
+    perturbed, evals = _release_input()
+    pairs = release_pairs("toy", perturbed, evals, answer_line=False)
+    expected = _release_pairs_by_hand(perturbed)
+    assert expected == {"q1:1": ("evaluator 1 on q1:1", "evaluator 0 on q1:1"),
+                        "q2:1": ("evaluator 2 on q2:1", "evaluator 1 on q2:1"),
+                        "q3:0": ("evaluator 1 on q3:0", "evaluator 2 on q3:0")}  # fmt: skip
+    got = {p["node_id"]: (p["chosen"][0]["content"], p["rejected"][0]["content"]) for p in pairs}
+    assert got == expected
+    by_node = {p["node_id"]: p for p in perturbed}
+    for pair in pairs:
+        p = by_node[pair["node_id"]]
+        assert pair["group"] == f"toy/{p['qid']}"
+        asked = [{"role": r, "content": c} for r, c in victim_messages(p["question"], p["choices"])]
+        assert pair["prompt"] == asked  # the held-out questions' prompt, read by its answer line
+    # With cdv.dpo.answer_line a read answer ends with its option's line; the off-option one stays as it is.
+    lined = {p["node_id"]: p for p in release_pairs("toy", perturbed, evals)}
+    assert lined["q1:1"]["chosen"][0]["content"] == "evaluator 1 on q1:1\nAnswer: A"
+    assert lined["q1:1"]["rejected"][0]["content"] == "evaluator 0 on q1:1\nAnswer: C"
+    assert lined["q3:0"]["rejected"][0]["content"] == "evaluator 2 on q3:0"
+    # The order of the evaluators decides: in the order C, B, A, q1:1's rejected answer is C's.
+    reordered = {
+        p["node_id"]: p for p in release_pairs("toy", perturbed, [evals[2], evals[1], evals[0]], False)
+    }
+    assert reordered["q1:1"]["chosen"][0]["content"] == "evaluator 1 on q1:1"
+    assert reordered["q1:1"]["rejected"][0]["content"] == "evaluator 2 on q1:1"
+
+
+def test_the_release_test_set_is_its_test_pairs_questions():
+    from stressprobe.cdv.dpo import release_pairs
+
+    perturbed, evals = _release_input()
+    pairs = release_pairs("toy", perturbed, evals)
+    groups = {"toy/q1", "toy/q2", "toy/q3"}
+    every = heldout_questions("toy", perturbed, groups)
+    paired = heldout_questions("toy", perturbed, groups, node_ids={p["node_id"] for p in pairs})
+    assert [q["node_id"] for q in every] == ["q1:1", "q1:2", "q2:1", "q3:0"]
+    assert [q["node_id"] for q in paired] == ["q1:1", "q2:1", "q3:0"]
+
+
+def test_each_heldout_original_is_asked_once_however_many_perturbed_rows_it_has(monkeypatch):
+    from stressprobe.cdv import dpo
+
+    perturbed, _ = _release_input()  # q1 has two perturbed questions, q2 and q3 one each
+    originals = {q: make_item(q) for q in ("q1", "q2", "q3")}
+    heldout = heldout_questions("toy", perturbed, {"toy/q1", "toy/q2", "toy/q3"}, originals)
+    asked = []
+
+    def generate(model, tokenizer, prompts, **ask):
+        asked.extend(prompts)
+        return [{"text": p[-1]["content"][:20], "truncated": False} for p in prompts]
+
+    monkeypatch.setattr(dpo, "generate_answers", generate)
+    settings = {"eval_max_tokens": 4, "eval_temperature": 0.0, "eval_batch_size": 2}
+    _, on_originals = dpo._answer_all(None, None, heldout, settings)
+    original_prompts = [q["original_prompt"] for q in heldout]
+    # 4 perturbed questions and 3 distinct originals: 7 prompts, not 8
+    assert len(asked) == 4 + 3 and sum(p in asked for p in original_prompts) == 4
+    assert [asked.count(p) for p in original_prompts] == [1, 1, 1, 1]
+    assert on_originals["q1:1"] == on_originals["q1:2"] and set(on_originals) == {
+        q["node_id"] for q in heldout
+    }

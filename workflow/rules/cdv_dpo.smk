@@ -8,9 +8,9 @@ include: "functions/cdv_dpo.smk"
 
 rule cdv_dpo_export:
     input:
-        perturbed=cdv_cell_files("perturbed.jsonl"),
-        searches=cdv_cell_files("search.jsonl"),
-        evals=cdv_eval_files("eval"),
+        perturbed=cdv_dpo_cell_files("perturbed.jsonl"),
+        searches=cdv_dpo_cell_files("search.jsonl"),
+        evals=cdv_dpo_eval_files(),
         # The held-out questions' originals, for Retain on the originals.
         questions=expand(CDV_QUESTIONS, dataset=cdv_datasets()),
     output:
@@ -28,6 +28,7 @@ rule cdv_dpo_export:
     params:
         test_fraction=config["cdv"]["dpo"]["test_fraction"],
         validation_fraction=config["cdv"]["dpo"]["validation_fraction"],
+        pairs=config["cdv"]["dpo"]["pairs"],
         answer_line=config["cdv"]["dpo"]["answer_line"],
         seed=config["seed"],
     script:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from stressprobe.cdv.prompt_file import last_json_value
 from stressprobe.cdv.prompts import parse_answer
 from stressprobe.llm import Request, Response
 
@@ -55,3 +56,13 @@ def read_answers(
         responses.append(mine)
         answers.append([None if r.error else prompts.option(r.text, choices) for r in mine])
     return answers, responses
+
+
+def was_read(record: Mapping[str, Any]) -> bool:
+    """Whether an evaluation record's answer was read as the authors' eval.py reads it: an answer read by
+    its answer line, or one whose extraction reply has a JSON `final_answer` (an option other than the
+    right one, or none of the options, is a wrong answer: eval.py:37-49 at 0a1acbd). An extraction reply
+    without that JSON is what eval.py:50-51 drops from its records."""
+    if "extract_raw" not in record or record.get("status") == "ok":
+        return True
+    return last_json_value(record["extract_raw"], "final_answer") is not None

@@ -1,9 +1,11 @@
 """DPO preference pairs in the JSONL format TRL's DPOTrainer reads (conversational prompt/chosen/rejected).
 
-For each perturbed question: prompt = the victim prompt of the perturbed question; chosen = a response that
-answers it correctly (an evaluated model's, else one on the original question, else a short templated
-answer); rejected = a wrong response to it (the victim's greedy answer from the search, else an evaluated
-model's). Pairs are split by original question so that no question is in both train and test.
+Two ways to choose a pair (`cdv.dpo.pairs`). `project`: for each perturbed question, chosen = a response
+that answers it correctly (an evaluated model's, else one on the original question, else a short templated
+answer), rejected = a wrong response to it (the victim's greedy answer from the search, else an evaluated
+model's). `release` (the authors' train/dpo_data.py): chosen = the response of the first evaluator, in a
+fixed order, that answered the perturbed question right, rejected = the first that answered it wrong, and
+no pair without both. Pairs are split by original question so that no question is in both train and test.
 """
 
 from __future__ import annotations
@@ -11,14 +13,28 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from stressprobe.cdv.answers import was_read
 from stressprobe.cdv.classifier import split_keys
 from stressprobe.cdv.prompts import letter, parse_answer, victim_messages
 from stressprobe.llm import system_turns
-from stressprobe.scoring import UNANSWERED
+from stressprobe.scoring import UNANSWERED, is_unanswered
 
 
 def _conversation(messages: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
     return [{"role": role, "content": content} for role, content in messages]
+
+
+def _pair(dataset: str, p: dict[str, Any], chosen: str, rejected: str) -> dict[str, Any]:
+    """A pair on perturbed question `p`, prompted as the held-out questions are asked (the project's
+    `victim_messages`, which the scoring reads by its 'Answer: X' line); `group` = dataset/qid for the
+    split, `node_id` for the held-out questions (TRL sees neither: `trl_rows`)."""
+    return {
+        "group": f"{dataset}/{p['qid']}",
+        "node_id": p["node_id"],
+        "prompt": _conversation(victim_messages(p["question"], p["choices"])),
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+    }
 
 
 def preference_pairs(
@@ -28,13 +44,12 @@ def preference_pairs(
     wrong_answers: dict[str, str],
     answer_line: bool = True,
 ) -> list[dict[str, Any]]:
-    """One pair per perturbed question that has a wrong response (the search's own, by node id, or an
-    evaluated model's); `group` = dataset/qid for the split.
+    """The project's pairs: one per perturbed question that has a wrong response (the search's own, by
+    node id, or an evaluated model's).
 
-    The prompt is the project's `victim_messages` (as the held-out questions are asked) and the trained model
-    is scored on its 'Answer: X' line; with `answer_line`, a response without one (an answer to the authors'
-    template, read by a second call) gets the line of the option it was read as, so every response ends as
-    the scoring reads it (an unread one stays as it is)."""
+    With `answer_line`, a response without an answer line (an answer to the authors' template, read by a
+    second call) gets the line of the option it was read as, so every response ends as the scoring reads
+    it (an unread one stays as it is)."""
     pairs = []
     for p in perturbed:
         on_node = [e for e in evals if e["node_id"] == p["node_id"] and e["condition"] == "perturbed"]
@@ -53,17 +68,41 @@ def preference_pairs(
             for e in on_node
             if not e["correct"] and e["raw"]
         ]
-        if not wrong:
-            continue
-        pairs.append(
-            {
-                "group": f"{dataset}/{p['qid']}",
-                "prompt": _conversation(victim_messages(p["question"], p["choices"])),
-                "chosen": [{"role": "assistant", "content": chosen}],
-                "rejected": [{"role": "assistant", "content": wrong[0]}],
-            }
-        )
+        if wrong:
+            pairs.append(_pair(dataset, p, chosen, wrong[0]))
     return pairs
+
+
+def release_pairs(
+    dataset: str,
+    perturbed: list[dict[str, Any]],
+    evals_by_evaluator: list[list[dict[str, Any]]],
+    answer_line: bool = True,
+) -> list[dict[str, Any]]:
+    """The release's pairs (train/dpo_data.py:37-80 at 0a1acbd): per perturbed question, chosen = the
+    response of the first evaluator (in the order of `evals_by_evaluator`) that answered it right, rejected
+    = the first that answered it wrong; a question without both has no pair. An answer whose extraction
+    reply was no JSON is not a wrong answer here: the release's eval.py:50-51 drops it from its records
+    (`was_read`). `answer_line` as in `preference_pairs`."""
+    pairs = []
+    for p in perturbed:
+        first: dict[bool, dict[str, Any]] = {}
+        for records in evals_by_evaluator:
+            mine = next((e for e in records if e["node_id"] == p["node_id"] and _scored(e)), None)
+            if mine is not None:
+                first.setdefault(bool(mine["correct"]), mine)
+        if True in first and False in first:
+            chosen, rejected = (
+                _with_line(first[right]["raw"], first[right]["answer"], len(p["choices"]), answer_line)
+                for right in (True, False)
+            )
+            pairs.append(_pair(dataset, p, chosen, rejected))
+    return pairs
+
+
+def _scored(record: dict[str, Any]) -> bool:
+    """A perturbed-question evaluation the release keeps: answered, and read (`was_read`)."""
+    return record["condition"] == "perturbed" and not is_unanswered(record) and was_read(record)
 
 
 def _with_line(text: str, read_as: str | None, n_choices: int, answer_line: bool) -> str:
@@ -76,11 +115,11 @@ def _with_line(text: str, read_as: str | None, n_choices: int, answer_line: bool
 def split_pairs(
     pairs: list[dict[str, Any]], test_fraction: float, seed: int
 ) -> tuple[list[dict], list[dict]]:
-    """Train and test pairs split by original question; the `group` key is dropped (TRL sees 3 columns)."""
+    """Train and test pairs split by original question, as TRL reads them (`trl_rows`: 3 columns)."""
     train_groups, _ = split_keys(sorted({p["group"] for p in pairs}), test_fraction, seed)
     train_set = set(train_groups)
-    strip = [({k: v for k, v in p.items() if k != "group"}, p["group"] in train_set) for p in pairs]
-    return [p for p, is_train in strip if is_train], [p for p, is_train in strip if not is_train]
+    train = trl_rows([p for p in pairs if p["group"] in train_set])
+    return train, trl_rows([p for p in pairs if p["group"] not in train_set])
 
 
 # ---- the paper's DPO experiment (A.2, Table 5): split, train, evaluate before and after ----
@@ -114,13 +153,15 @@ def heldout_questions(
     perturbed: list[dict[str, Any]],
     groups: set[str],
     originals: dict[str, dict[str, Any]] | None = None,
+    node_ids: set[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The perturbed questions of the held-out groups, as the trained model is asked them, with their
-    options (a benchmark file: stressprobe.cdv.benchmark) and, when `originals` (qid -> question) has it,
-    the original question's prompt (Retain on the originals, Table 5)."""
+    """The perturbed questions of the held-out groups (only those of `node_ids` when given: the release's
+    test set is its test pairs' questions), as the trained model is asked them, with their options (a
+    benchmark file: stressprobe.cdv.benchmark) and, when `originals` (qid -> question) has it, the
+    original question's prompt (Retain on the originals, Table 5)."""
     rows = []
     for p in perturbed:
-        if f"{dataset}/{p['qid']}" not in groups:
+        if f"{dataset}/{p['qid']}" not in groups or (node_ids is not None and p["node_id"] not in node_ids):
             continue
         row = {
             "group": f"{dataset}/{p['qid']}",
@@ -262,16 +303,18 @@ def dpo_config(settings: dict[str, Any], output_dir: str, seed: int, **overrides
 
 
 def _answer_all(model: Any, tokenizer: Any, heldout: list[dict[str, Any]], settings: dict[str, Any]):
-    """Answers to the held-out perturbed questions and, where known, to their originals."""
+    """Answers to the held-out perturbed questions and, where known, to their originals: each original
+    asked once (by `group`), however many of its perturbed questions are held out."""
     ask = {
         "max_tokens": settings["eval_max_tokens"],
         "temperature": settings["eval_temperature"],
         "batch_size": settings["eval_batch_size"],
     }
     perturbed = generate_answers(model, tokenizer, [q["prompt"] for q in heldout], **ask)
-    with_original = [q for q in heldout if "original_prompt" in q]
-    originals = generate_answers(model, tokenizer, [q["original_prompt"] for q in with_original], **ask)
-    return perturbed, dict(zip([q["node_id"] for q in with_original], originals, strict=True))
+    original_of = {q["group"]: q["original_prompt"] for q in heldout if "original_prompt" in q}
+    answers = generate_answers(model, tokenizer, list(original_of.values()), **ask)
+    by_group = dict(zip(original_of, answers, strict=True))
+    return perturbed, {q["node_id"]: by_group[q["group"]] for q in heldout if q["group"] in by_group}
 
 
 def _evaluation(heldout, before, after, originals_before, originals_after) -> dict[str, Any]:

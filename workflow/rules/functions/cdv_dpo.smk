@@ -4,6 +4,44 @@
 CDV_DPO_HELDOUT = "dpo_heldout"
 
 
+def cdv_dpo_cells():
+    """(dataset, proxy, victim) of the cells DPO pairs come from: `cdv.dpo.pair_cells` (the release's: the
+    scale-up only), else every cell."""
+    named = [(c["proxy"], c["victim"]) for c in config["cdv"]["dpo"]["pair_cells"]]
+    cells = cdv_cells()
+    for i, cell in enumerate(named):
+        if cell not in {c[1:] for c in cells}:
+            raise ValueError(
+                f"config key 'cdv.dpo.pair_cells[{i}]': {cell[0]}/{cell[1]} is no search cell of the "
+                "study; name one of cdv.cells or cdv.experiments"
+            )
+    return [c for c in cells if not named or c[1:] in named]
+
+
+def cdv_dpo_cell_files(name):
+    return [f"{cdv_cell_dir(*cell)}/{name}" for cell in cdv_dpo_cells()]
+
+
+def cdv_dpo_eval_files():
+    """Each pair cell's evaluation files, in the order of `cdv.dpo.pair_evaluators` (the release takes the
+    first right and the first wrong answer in its order), else of the cell's evaluators.
+    """
+    named = config["cdv"]["dpo"]["pair_evaluators"]
+    files = []
+    for d, p, v in cdv_dpo_cells():
+        evaluators = cdv_eval_models(v, p)
+        for i, model in enumerate(named):
+            if model not in evaluators:
+                raise ValueError(
+                    f"config key 'cdv.dpo.pair_evaluators[{i}]': {model} does not evaluate the cell "
+                    f"{p}/{v}; name one of {', '.join(evaluators)}"
+                )
+        files += [
+            f"{cdv_cell_dir(d, p, v)}/eval/{m}.jsonl" for m in named or evaluators
+        ]
+    return files
+
+
 def cdv_dpo_models():
     """File name -> Hugging Face id of the models DPO trains (none unless `cdv.dpo.train`)."""
     dpo = config["cdv"]["dpo"]
