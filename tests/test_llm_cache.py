@@ -160,6 +160,48 @@ def test_claims_busy_for_live_owner_and_taken_over_when_owner_dead_or_expired(tm
     assert not list((path / "claims").iterdir()), "claims and heartbeats outlived their owners"
 
 
+def _sleeps(monkeypatch) -> list[float]:
+    """The seconds of every `time.sleep` call from here on (the real sleep still runs)."""
+    calls: list[float] = []
+    real = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (calls.append(s), real(s))[1])
+    return calls
+
+
+def _answer_and_close(path, key: str) -> None:
+    writer = ResponseCache(path)
+    assert writer.claim(key) is Claim.MINE
+    writer.put(key, "m", {}, {"texts": ["paid"]})
+    writer.close()
+
+
+def test_a_job_alone_releases_its_claims_at_close_without_waiting(tmp_path, monkeypatch):
+    sleeps = _sleeps(monkeypatch)
+    _answer_and_close(tmp_path / "c", "a" * 64)
+    assert sleeps == []  # no other owner's heartbeat: nobody can be inside the hold's window
+    assert not list((tmp_path / "c" / "claims").iterdir())
+
+
+def test_a_close_holds_the_claims_while_another_owner_could_have_missed_the_answer(tmp_path, monkeypatch):
+    path, key = tmp_path / "c", "a" * 64
+    # Refreshes only when its claims' rule asks: what it knows of the shards is from its last claim.
+    other = ResponseCache(path, refresh_interval_s=3600)
+    assert other.claim("b" * 64) is Claim.MINE  # alive: its heartbeat is listed
+    sleeps = _sleeps(monkeypatch)
+    _answer_and_close(path, key)
+    assert len(sleeps) == 1 and sleeps[0] > 0
+    assert other.claim(key) is Claim.DONE  # released at once, it would be MINE: paid twice
+    other.close()
+
+
+def test_an_owner_that_starts_after_a_close_without_waiting_reads_the_shards_before_it_pays(tmp_path):
+    path, key = tmp_path / "c", "a" * 64
+    other = ResponseCache(path, refresh_interval_s=3600)  # index read at open, no heartbeat yet
+    _answer_and_close(path, key)  # alone: released at once
+    assert other.claim(key) is Claim.DONE and other.get(key) == {"texts": ["paid"]}
+    other.close()
+
+
 def _key(i: int) -> str:
     return f"{i:064x}"
 

@@ -48,8 +48,9 @@ from stressprobe.llm.types import Request
 
 log = logging.getLogger(__name__)
 
-# How long an answer's claim outlives the answer's sync: a job that made a claim within HOLD_S of its
-# last index refresh knows that no answer of that key was synced before the refresh (see claim_many).
+# How long an answer's claim outlives the answer's sync while another owner is alive: a job that made a
+# claim within HOLD_S of its last index refresh knows that no answer of that key was synced before the
+# refresh (see claim_many).
 HOLD_S = 1.0
 HOST_ENV = (
     "STRESSPROBE_HOST"  # overrides the host name in shard names and claims (for tests without namespaces)
@@ -201,9 +202,12 @@ class ResponseCache:
                 states[key] = Claim.MINE if mine else Claim.BUSY
                 if mine:
                     created.append(key)
-        if created and time.monotonic() - self.index.last_refresh >= HOLD_S:
-            # An owner removes a claim HOLD_S after its answer is synced: so an answer whose claim was gone
-            # when ours was made is in any refresh since HOLD_S ago; else read what the shards gained.
+        since = self.claims.since if self.claims is not None else 0.0
+        last = self.index.last_refresh
+        if created and (time.monotonic() - last >= HOLD_S or last <= since):
+            # An owner removes a claim HOLD_S after its answer is synced, or at once where it lists no other
+            # heartbeat (ours was then not yet written): so an answer whose claim was gone when ours was made
+            # is in any refresh since HOLD_S ago that followed our heartbeat; else read what shards gained.
             self.index.refresh()
             late = set(self.index.read(self.index.find(created)))
             self.release(late)
@@ -216,19 +220,22 @@ class ResponseCache:
             self.claims.release([keys] if isinstance(keys, str) else keys)
 
     def _flush(self, wait: bool = False) -> None:
-        """Sync this job's shard, and release the claims of answers synced HOLD_S ago (all of them, waiting
-        as long as needed, with `wait`). Run every second by the heartbeat thread, and at close."""
+        """Sync this job's shard, and release the claims of answers synced HOLD_S ago (with `wait`, all of
+        them: at once where no other owner is alive, else after waiting as long as needed). Run every
+        second by the heartbeat thread, and at close."""
         with self._write_lock:
             if self._pending:
                 if self._writer is not None:
                     self._writer.sync()
                 self._synced.append((time.monotonic(), self._pending))
                 self._pending = []
-        if wait and self._synced:
+        # Listed after the sync: an owner not listed now makes its claims' refreshes later (see claim_many).
+        alone = wait and self.claims is not None and not self.claims.others_alive()
+        if wait and self._synced and not alone:
             time.sleep(max(0.0, self._synced[-1][0] + HOLD_S - time.monotonic()))
         with self._write_lock:
             now = time.monotonic()
-            due = [keys for synced, keys in self._synced if now - synced >= HOLD_S]
+            due = [keys for synced, keys in self._synced if alone or now - synced >= HOLD_S]
             self._synced = self._synced[len(due) :]
         for keys in due:
             self.release(keys)

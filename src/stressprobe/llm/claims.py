@@ -101,6 +101,7 @@ class Claims:
         self.held: set[str] = set()
         self.taken_over = 0  # stale claims this owner took over (tests and logs read it)
         self._content = f"{owner} {host} {self.pid}\n"
+        self.since = float("inf")  # monotonic time the heartbeat was last written (inf: not yet)
         self._seen: dict[str, tuple[int, float]] = {}  # holder -> (heartbeat mtime, when first seen so)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -121,6 +122,8 @@ class Claims:
             os.write(fd, self._content.encode())
         finally:
             os.close(fd)
+        # Once the file exists: an index refresh after this moment follows any owner's look for it.
+        self.since = time.monotonic()
 
     def _heartbeat_back(self) -> None:
         """Our heartbeat was swept as an orphan (this owner stalled for two leases): write it anew."""
@@ -194,6 +197,26 @@ class Claims:
             self._thread = None
 
     # --- other owners ------------------------------------------------------------------------------------
+    def others_alive(self) -> bool:
+        """Whether the directory lists a heartbeat not ours, other than a dead process's of this host.
+
+        An owner that is not listed wrote its heartbeat later, so every answer synced before this call is
+        in the index refreshes its claims rely on (see `ResponseCache.claim_many`)."""
+        try:
+            entries = list(os.scandir(self.dir))
+        except FileNotFoundError:
+            return False
+        for entry in entries:
+            if not entry.name.endswith(ALIVE_SUFFIX) or entry.name == self.heartbeat.name:
+                continue
+            try:
+                holder = _parse(Path(entry.path).read_text())
+            except FileNotFoundError:
+                continue  # its owner closed meanwhile
+            if holder is None or holder[1] != self.host or pid_alive(holder[2]):
+                return True
+        return False
+
     def sweep(self) -> int:
         """Remove the heartbeats of dead owners, then the take-over leftovers of takers without a heartbeat;
         return how many files went. Never this owner's own, never one that beat within the lease."""
