@@ -16,6 +16,7 @@ from stressprobe.cdv.experiments import cell_specs, experiment_qids, nested_samp
 from stressprobe.cdv.search import SearchSettings, run_search, search_records, summarize_search
 from stressprobe.errors import StressprobeError
 from tests.support.cdv_scripted import ScriptedModel, make_item
+from tests.support.helpers import ROOT
 
 SETTINGS = SearchSettings(samples=3, max_expansions=2, max_candidates=None)
 PRICE = {"prompt_per_1m": 0.15, "completion_per_1m": 0.6}  # GPT-4o-mini's
@@ -255,6 +256,68 @@ def test_a_blank_scorecard_row_says_why(tmp_path):
     )
     assert table.loc[("Table 7", "all", "none"), "why"].startswith(
         "not in this run: no classifier_study values"
+    )
+
+
+def test_each_published_row_of_a_small_run_gets_its_reason(study, tmp_path):
+    """The published values file against a small run's results, built by the tables' own code: Table 3
+    from two searches (the filtered questions all fail before the search, so that selection's rates are
+    over no searched question), Table 7 from the toy classifier study (none of the paper's classifiers),
+    and nothing else (no DPO, release, transfer, ... tables)."""
+    paths = []
+    for selection, victim in (
+        ("selected", ScriptedModel(correct=lambda contexts, q: 0)),
+        ("random", _victim()),
+    ):
+        states = run_search(_items(6), {r: victim for r in ("proxy", "semantic", "victim")}, SETTINGS)
+        path = tmp_path / f"results/cdv/toy.{selection}/p/v/search.summary.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summarize_search(search_records(states), {"victim": PRICE})))
+        paths.append(str(path))
+    metrics = tmp_path / "classifier_metrics.json"
+    metrics.write_text(json.dumps(study[1]), encoding="utf-8")
+    built = {
+        "cdv_filter_cost": paper_report.filter_cost_table(paths),
+        "cdv_classifier_study": paper_report.classifier_study_table(str(metrics)),
+    }
+    paper = paper_report.read_paper_values(ROOT / "resources" / "cdv" / "paper_values.csv")
+    table = paper_report.vs_paper_table(paper, paper_report.run_values(built))
+    # The run's cells as the tables hold them: (dataset, selection or classifier) -> columns.
+    study_test = built["cdv_classifier_study"].query("split == 'test'").assign(dataset="all")
+    cells = {
+        "filter_cost": built["cdv_filter_cost"].set_index(["dataset", "selection"]),
+        "classifier_study": study_test.set_index(["dataset", "classifier"]),
+    }
+
+    def reason(row) -> str:
+        cell = cells.get(row["experiment"])
+        if cell is None:
+            return f"not in this run: no {row['experiment']} values"
+        if (row["dataset"], row["model"]) not in cell.index:
+            return (
+                f"not in this run: {row['experiment']} has no dataset={row['dataset']}, model={row['model']}"
+            )
+        if pd.isna(cell.loc[(row["dataset"], row["model"]), row["column"]]):
+            return f"undefined in this run: {row['experiment']}"
+        return ""
+
+    for row in table.to_dict("records"):
+        expected = reason(row)
+        assert row["why"].startswith(expected) and (row["why"] == "") == (expected == ""), row
+        assert pd.isna(row["run"]) == (expected != ""), row
+    # Each reason occurs: Table 3's with-filter rates are undefined, its without-filter row is the run's;
+    # Table 7's baseline (no classifier) is the run's, its named classifiers are not; Table 5 is not run.
+    why = table.set_index(["experiment", "model", "column"])["why"]
+    assert why[("filter_cost", "with_filter", "success_rate")].startswith("undefined in this run")
+    assert why[("filter_cost", "without_filter", "success_rate")] == ""
+    assert why[("classifier_study", NO_CLASSIFIER, "precision")] == ""
+    assert (
+        why[("classifier_study", "prompt:gpt-4o", "precision")]
+        .iloc[0]
+        .startswith("not in this run: classifier_study has no dataset=all, model=prompt:gpt-4o, precision")
+    )
+    assert why[("dpo", "google/gemma-2-2b-it", "accuracy_before")].startswith(
+        "not in this run: no dpo values"
     )
 
 
