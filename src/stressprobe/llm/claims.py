@@ -4,7 +4,10 @@ Each owner (one job's cache) first writes its heartbeat `claims/<owner>.alive` (
 owner id, host, pid). To claim a key it hard-links that file as `claims/<key>`: link() fails if the name
 exists, atomically on a local file system and on NFS, so exactly one job wins, and a claim is never seen
 half-written. Another job that finds the link waits instead of paying. The owner removes it once the answer
-is durably in its shard (fsync first, so whoever then finds no claim finds the answer).
+is durably in its shard (fsync first, so whoever then finds no claim finds the answer). At close the owner
+releases every claim at once when no other owner's live heartbeat is listed, and otherwise holds them for the
+cache's HOLD_S (stressprobe.llm.cache), so that an owner that refreshed its index just before the last sync
+cannot claim and pay again; an owner whose heartbeat is newer than its last index refresh re-reads it first.
 
 Liveness is a lease, not a lock: a background thread touches the heartbeat every lease/4 seconds, and since
 every claim is a link to that one inode, a claim's mtime is its owner's last beat. A waiter judges a claim
