@@ -82,7 +82,13 @@ def test_a_fetched_stand_in_is_checked_read_without_running_and_every_template_f
     data = stand_in.read_bytes()
     with FileServer(stand_in.parent) as files:
         fetched = tmp_path / "fetched" / "prompt.py"
-        fetch_verified(files.url("prompt.py"), hashlib.sha256(data).hexdigest(), fetched, "sources.p.url")
+        fetch_verified(
+            files.url("prompt.py"),
+            hashlib.sha256(data).hexdigest(),
+            fetched,
+            "sources.p.url",
+            "sources.p.sha256",
+        )
     prompts = FilePrompts(read_templates(fetched, NAMES, KEY), extracts=True)
     choices = ["red", "blue", "green"]
     # {choices} is the Python list of the options' texts, as the authors pass it.
